@@ -1,0 +1,233 @@
+"""Where the Dask cluster comes from: the interface every cluster source implements.
+
+A source ``start()``s and returns a connected :class:`distributed.Client` once every
+worker it expects has registered, and ``close()``s whatever it started (and nothing
+else). :class:`ProcessCluster` is the shared lifecycle of the sources that start their
+own scheduler and workers as processes (local and srun): start all, wait for the
+scheduler file, wait for every worker while watching every process, and tear down in
+order (retire workers, stop worker processes, stop the scheduler, remove the scheduler
+file, keep the logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import DaskSlurmError
+from .processes import ManagedProcess, Status, wait_for_scheduler_file
+from .security import client_security
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+logger = logging.getLogger(__name__)
+
+#: Bounded waits of the teardown, in seconds.
+RETIRE_TIMEOUT = 5.0
+STOP_TIMEOUT = 5.0
+
+
+class ClusterSource(ABC):
+    """A Dask cluster the executor can submit to."""
+
+    #: One line saying what this source is, for the log.
+    description: str = ""
+
+    @abstractmethod
+    def start(self) -> Client:
+        """Bring the cluster up and return a client connected to it."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop everything this source started; safe to call more than once."""
+
+    def summary(self) -> list[str]:
+        """Lines for the user once the cluster is up."""
+        return []
+
+
+def connect(address: str, timeout: float) -> Client:
+    """A client for ``address``; the one place connection options (security) are set."""
+    from distributed import Client
+
+    try:
+        return Client(
+            address, timeout=timeout, set_as_default=False, security=client_security()
+        )
+    except OSError as e:
+        raise DaskSlurmError(
+            f"Could not connect to the Dask scheduler at {address} within {timeout:.0f} s: "
+            f"{e}. Check that it is running and reachable from this machine."
+        ) from e
+
+
+def worker_count(client: Client) -> int:
+    return len(client.scheduler_info(n_workers=-1)["workers"])
+
+
+class AttachCluster(ClusterSource):
+    """A scheduler somebody else runs. The plugin never stops it."""
+
+    def __init__(self, address: str | None, scheduler_file: Path | None, timeout: float):
+        self.address = address
+        self.scheduler_file = scheduler_file
+        self.timeout = timeout
+        self.client: Client | None = None
+        where = address or f"the scheduler file {scheduler_file}"
+        self.description = f"attaching to the Dask scheduler at {where}"
+
+    def _address(self) -> str:
+        if self.address:
+            return self.address
+        from .processes import read_scheduler_file
+
+        assert self.scheduler_file is not None
+        address = read_scheduler_file(self.scheduler_file)
+        if not address:
+            raise DaskSlurmError(
+                f"The scheduler file {self.scheduler_file} does not exist or holds no "
+                "address. Start the scheduler first (e.g. 'dask scheduler "
+                f"--scheduler-file {self.scheduler_file}') or fix the path."
+            )
+        return address
+
+    def start(self) -> Client:
+        self.client = connect(self._address(), self.timeout)
+        deadline = time.monotonic() + self.timeout
+        while worker_count(self.client) == 0:
+            if time.monotonic() > deadline:
+                self.close()
+                raise DaskSlurmError(
+                    f"The Dask scheduler at {self.address or self.scheduler_file} has no "
+                    f"workers after {self.timeout:.0f} s. Start some, e.g. 'dask worker "
+                    "<address>', then run again."
+                )
+            time.sleep(0.1)
+        return self.client
+
+    def close(self) -> None:
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.close(timeout=STOP_TIMEOUT)
+            self.client = None
+
+    def summary(self) -> list[str]:
+        if self.client is None:
+            return []
+        return [f"attached to {self.client.scheduler.address} with {worker_count(self.client)} workers"]
+
+
+class ProcessCluster(ClusterSource):
+    """A scheduler and workers this plugin starts as processes, and stops."""
+
+    def __init__(
+        self,
+        scheduler: ManagedProcess,
+        workers: Sequence[ManagedProcess],
+        scheduler_file: Path,
+        expected_workers: int,
+        timeout: float,
+    ):
+        self.scheduler = scheduler
+        self.workers = list(workers)
+        self.scheduler_file = scheduler_file
+        self.expected_workers = expected_workers
+        self.timeout = timeout
+        self.client: Client | None = None
+        self.bringup_seconds: float | None = None
+        self.teardown_seconds: float | None = None
+
+    def start(self) -> Client:
+        started = time.monotonic()
+        with contextlib.suppress(FileNotFoundError):
+            self.scheduler_file.unlink()  # a stale file would look ready at once
+        try:
+            self.scheduler.start()
+            for worker in self.workers:
+                worker.start()  # they wait for the scheduler file themselves
+            address = wait_for_scheduler_file(self.scheduler_file, self.scheduler, self.timeout)
+            self.client = connect(address, self.timeout)
+            self.wait_for_workers(started + self.timeout)
+        except BaseException:
+            self.close()
+            raise
+        self.bringup_seconds = time.monotonic() - started
+        return self.client
+
+    def wait_for_workers(self, deadline: float) -> None:
+        """Wait for every expected worker, watching every process we started."""
+        assert self.client is not None
+        while True:
+            count = worker_count(self.client)
+            if count >= self.expected_workers:
+                return
+            self._check_processes(count)
+            if time.monotonic() > deadline:
+                raise DaskSlurmError(self.missing_workers_message(count))
+            time.sleep(0.05)
+
+    def _check_processes(self, count: int) -> None:
+        if self.scheduler.status is not Status.running:
+            raise DaskSlurmError(
+                f"The Dask scheduler {self.scheduler.exit_description()} while workers "
+                f"were starting. Its log ({self.scheduler.log_path}) ends with:\n"
+                f"{self.scheduler.tail()}"
+            )
+        for proc in self.workers:
+            if proc.status is not Status.running:
+                raise DaskSlurmError(
+                    f"The {proc.name} {proc.exit_description()} before all workers "
+                    f"registered ({count} of {self.expected_workers}). Its log "
+                    f"({proc.log_path}) ends with:\n{proc.tail()}\n{self.worker_hint()}"
+                )
+
+    def worker_hint(self) -> str:
+        """What to try when workers do not come up (overridden per source)."""
+        return "Fix what the log names and run again."
+
+    def missing_workers_message(self, count: int) -> str:
+        logs = "\n".join(f"--- {p.name} ({p.log_path}):\n{p.tail(10)}" for p in self.workers)
+        return (
+            f"Only {count} of {self.expected_workers} Dask workers registered within "
+            f"{self.timeout:.0f} s, so the run stops rather than run on fewer workers "
+            f"than were reserved. The worker logs end with:\n{logs}\n{self.worker_hint()} "
+            "If the machine is just slow, raise --dask-slurm-startup-timeout."
+        )
+
+    def close(self) -> None:
+        started = time.monotonic()
+        if self.client is not None:
+            self._retire_workers()
+        for proc in self.workers:
+            proc.close(STOP_TIMEOUT)
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                self.client.close(timeout=2)
+            self.client = None
+        self.scheduler.close(STOP_TIMEOUT)
+        with contextlib.suppress(FileNotFoundError):
+            self.scheduler_file.unlink()
+        self.teardown_seconds = time.monotonic() - started
+
+    def _retire_workers(self) -> None:
+        client: Any = self.client
+        try:
+            client.sync(
+                client.scheduler.retire_workers, close_workers=True, callback_timeout=RETIRE_TIMEOUT
+            )
+        except Exception as e:  # the processes are stopped next either way
+            logger.debug("retiring workers failed: %s", e)
+
+
+def owner_environment() -> dict[str, str]:
+    """Environment for our scheduler: it exits if this process dies (see preload)."""
+    env = dict(os.environ)
+    env["DASK_SLURM_OWNER_PID"] = str(os.getpid())
+    return env

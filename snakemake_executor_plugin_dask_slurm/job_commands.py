@@ -1,0 +1,129 @@
+"""Turn one Snakemake job into the :class:`~.worker_task.TaskSpec` a worker runs.
+
+Two ways, both correct:
+
+* **direct** — for eligible ``shell:`` rules: after ``job.prepare()`` (output and log
+  directories, stale outputs removed, as Snakemake's own job command would do), the fully
+  formatted command is run with the same shell, strict-mode prefix, suffix and
+  ``*_NUM_THREADS`` / ``TMPDIR`` variables as Snakemake's ``shell()``.
+* **general** — everything else: Snakemake's own job command (``format_job_exec``), a
+  fresh Snakemake that runs the job, in the workflow's working directory.
+
+This is the one module that reads Snakemake internals beyond the executor interface
+(``rule.shellcmd``, ``job.prepare()``, ``snakemake.shell.shell``); Snakemake is pinned
+to 9.x for it and the tests run the same rules both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from snakemake.shell import shell as snakemake_shell
+
+from .eligibility import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
+from .worker_task import TaskSpec
+
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+#: What Snakemake prints for a resource it could not evaluate on the submitting side.
+TBD = "<TBD>"
+#: The general way runs Snakemake's job command, itself a shell command line.
+GENERAL_SHELL = "/bin/sh"
+
+
+def rule_facts(job: Any, workflow: Any) -> RuleFacts:
+    """Read the rule-level eligibility facts off a (non-group) job."""
+    rule = job.rule
+    settings = workflow.execution_settings
+    return RuleFacts(
+        not_shell=not job.is_shell or not rule.shellcmd,
+        shadow=job.is_shadow,
+        conda=rule.conda_env is not None,
+        container=rule.container_img is not None,
+        envmodules=bool(rule.env_modules),
+        benchmark=rule.benchmark is not None,
+        cache=rule.cache is not None and rule.cache.output,
+        pipe_or_service=job.is_pipe or job.is_service,
+        debug_or_edit_notebook=bool(getattr(settings, "debug", False))
+        or getattr(settings, "edit_notebook", None) is not None,
+    )
+
+
+def job_facts(job: Any, command: str) -> JobFacts:
+    """Read the job-level eligibility facts, given the job's formatted command."""
+    return JobFacts(
+        shell_exec_resource=job.resources.get("shell_exec") is not None,
+        tmpdir_placeholder=TBD in command,
+        too_long=len(command) > MAX_DIRECT_COMMAND,
+        storage_files=any(f.is_storage for f in job.input)
+        or any(f.is_storage for f in job.output),
+    )
+
+
+def thread_environment(threads: int) -> tuple[tuple[str, str], ...]:
+    value = str(threads)
+    return tuple((name, value) for name in THREAD_VARIABLES)
+
+
+def shell_argv(command: str) -> tuple[str, ...]:
+    """The argument list Snakemake's ``shell()`` would run ``command`` with."""
+    executable = snakemake_shell.get_executable() or "/bin/sh"
+    prefix = snakemake_shell._get_process_prefix(executable)
+    full = " ".join((prefix, command, snakemake_shell._process_suffix)).strip()
+    return (executable, "-c", full)
+
+
+@dataclass
+class JobCommandBuilder:
+    """Builds task specs for one run; caches the per-rule eligibility decision."""
+
+    workflow: Any
+    workdir: str
+    log_root: str
+    base_env: Mapping[str, str]
+    direct_shell: bool
+    format_job_exec: Callable[[Any], str]
+    prepare: Callable[[Any], None]
+
+    def __post_init__(self) -> None:
+        self._rule_blockers: dict[str, tuple[str, ...]] = {}
+        self._base_env = tuple(self.base_env.items())
+
+    def log_path(self, job: Any) -> str:
+        stem = job.logfile_suggestion(self.log_root)[: -len(".log")]
+        return f"{stem}.attempt{job.attempt}.log"
+
+    def direct_blockers(self, job: Any) -> tuple[str, ...]:
+        """Why ``job`` must go the general way; empty if it may run directly."""
+        if not self.direct_shell:
+            return ("--dask-slurm-no-direct-shell",)
+        if job.is_group():
+            return blockers(JobFacts(group=True))
+        name = job.rule.name
+        found = self._rule_blockers.get(name)
+        if found is None:
+            found = self._rule_blockers[name] = blockers(rule_facts(job, self.workflow))
+        return found
+
+    def build(self, job: Any, key: str) -> tuple[TaskSpec, str]:
+        """The task spec for ``job`` and which way it runs ("direct" or "general")."""
+        if not self.direct_blockers(job):
+            command = job.shellcmd
+            if not blockers(job_facts(job, command)):
+                self.prepare(job)
+                env = self._base_env + thread_environment(job.threads)
+                spec = TaskSpec(
+                    key, shell_argv(command), self.workdir, env, self.log_path(job), True
+                )
+                return spec, "direct"
+        argv = (GENERAL_SHELL, "-c", self.format_job_exec(job))
+        spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), False)
+        return spec, "general"

@@ -1,0 +1,176 @@
+"""Processes the plugin owns: one small contract for the scheduler, workers and srun steps.
+
+Every managed process is started from an argument list (never a shell), in its own
+session (so a Ctrl-C at the terminal reaches Snakemake, which then stops them in order,
+instead of killing them all at once), with stdout and stderr merged into its own log file.
+``close()`` asks the whole process group to stop, waits a bounded time, then kills it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import DaskSlurmError
+
+logger = logging.getLogger(__name__)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class Status(enum.Enum):
+    created = "created"
+    running = "running"
+    exited = "exited"
+    closed = "closed"
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log, colour codes removed; "" if unreadable."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(_ANSI.sub("", text).splitlines()[-lines:])
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class ManagedProcess:
+    """A process the plugin started and must stop."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _closed: bool = field(default=False, init=False, repr=False)
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        logger.debug("starting %s: %s", self.name, list(self.argv))
+        with open(self.log_path, "ab") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    list(self.argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=dict(self.env) if self.env is not None else None,
+                    cwd=self.cwd,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                raise DaskSlurmError(
+                    f"Could not start the {self.name}: {e}. Command: {list(self.argv)}. "
+                    "Check that the program exists in this environment and is executable."
+                ) from e
+
+    @property
+    def status(self) -> Status:
+        if self._closed:
+            return Status.closed
+        if self.proc is None:
+            return Status.created
+        return Status.running if self.proc.poll() is None else Status.exited
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, lines: int = 20) -> str:
+        return log_tail(self.log_path, lines)
+
+    def exit_description(self) -> str:
+        code = self.returncode
+        if code is None:
+            return "is still running"
+        if code < 0:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        return f"exited with code {code}"
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the process and its group: SIGTERM, wait up to ``timeout``, SIGKILL."""
+        if self.proc is None or self._closed:
+            self._closed = True
+            return
+        pgid = self.proc.pid  # a session leader's pid is its group id
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            logger.warning("%s did not stop within %.0f s; killing it", self.name, timeout)
+        self._signal(signal.SIGKILL)  # whatever is left of the group
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5.0)
+        deadline = time.monotonic() + 2.0
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self._closed = True
+
+    def _signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+
+def read_scheduler_file(path: Path) -> str | None:
+    """The address in a scheduler file, or None while it is absent or half-written."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    address = data.get("address") if isinstance(data, dict) else None
+    return address if isinstance(address, str) and address else None
+
+
+def wait_for_scheduler_file(
+    path: Path, scheduler: ManagedProcess, timeout: float, poll: float = 0.05
+) -> str:
+    """Wait until the scheduler has written a usable file; return its address.
+
+    The scheduler is checked on every pass, so one that dies (a port in use, a broken
+    environment) is reported at once with its log rather than after the timeout.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        address = read_scheduler_file(path)
+        if address:
+            return address
+        if scheduler.status is not Status.running:
+            raise DaskSlurmError(
+                f"The Dask scheduler {scheduler.exit_description()} before it was ready. "
+                f"Its log ({scheduler.log_path}) ends with:\n{scheduler.tail()}\n"
+                "Fix what the log names (e.g. a port in use, a missing package) and run "
+                "again."
+            )
+        if time.monotonic() > deadline:
+            raise DaskSlurmError(
+                f"The Dask scheduler did not write {path} within {timeout:.0f} s. "
+                f"Its log ({scheduler.log_path}) ends with:\n{scheduler.tail()}\n"
+                "If the machine is busy, raise --dask-slurm-startup-timeout."
+            )
+        time.sleep(poll)

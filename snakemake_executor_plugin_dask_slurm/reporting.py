@@ -1,0 +1,51 @@
+"""What the user is told about a job that did not succeed."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+from .dispatch import Finished
+
+#: Exit codes a shell uses for "could not even start the command".
+_START_CODES = {
+    126: "the command was found but could not be executed (permission denied?)",
+    127: "command not found",
+}
+
+
+def job_label(job: Any) -> str:
+    if job.is_group():
+        return f"group job {job.name} ({', '.join(sorted(set(job.rules)))})"
+    return f"rule {job.name} (jobid {job.jobid}, attempt {job.attempt})"
+
+
+def describe_returncode(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    meaning = _START_CODES.get(code)
+    return f"exited with code {code}" + (f" ({meaning})" if meaning else "")
+
+
+def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> str:
+    """Rule, what happened, the end of the job's output, and where the full log is."""
+    log = os.path.relpath(log_path) if log_path and log_path != "?" else log_path
+    outcome = finished.outcome
+    label = job_label(job)
+    if outcome is None:
+        return f"{label} did not finish: {finished.problem}. Log: {log}"
+    if outcome.start_error:
+        return (
+            f"{label} could not be started on {outcome.host}: {outcome.start_error}. "
+            f"Log: {log}"
+        )
+    what = describe_returncode(outcome.returncode)
+    tail = outcome.tail.strip() or "(no output)"
+    return (
+        f"{label} {what} on {outcome.host} after {outcome.finished - outcome.started:.1f} s "
+        f"(run the {way} way). Last lines of its output:\n{tail}\nFull log: {log}\n"
+    )

@@ -1,0 +1,87 @@
+"""Map a Snakemake job's resources to Dask worker resources, and refuse the impossible.
+
+Workers advertise what they really have (``cpus`` always; ``mem_mb`` and ``gpus`` when
+known). A job asks for ``cpus`` = its threads, ``mem_mb`` when the workers advertise
+memory, and ``gpus`` when it asks for any. A request that no worker can ever satisfy would
+sit in Dask's ``no-worker`` state forever, so it fails at once instead (this plugin does
+not silently cap it: a rule that formats ``{threads}`` into its command would still run
+with the uncapped number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+CPUS = "cpus"
+MEM_MB = "mem_mb"
+GPUS = "gpus"
+#: Snakemake resource names that mean GPUs, first match wins.
+GPU_RESOURCE_NAMES = ("gpu", "gpus", "nvidia_gpu")
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def job_request(
+    threads: int, resources: Mapping[str, Any], advertised: frozenset[str]
+) -> dict[str, float]:
+    """The Dask resources one job asks for."""
+    request = {CPUS: float(max(1, threads))}
+    mem = _number(resources.get(MEM_MB))
+    if MEM_MB in advertised and mem:
+        request[MEM_MB] = mem
+    for name in GPU_RESOURCE_NAMES:
+        gpus = _number(resources.get(name))
+        if gpus:
+            request[GPUS] = gpus
+            break
+    return request
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The distinct resource sets the cluster's workers offer."""
+
+    offers: tuple[Mapping[str, float], ...]
+
+    @classmethod
+    def from_workers(cls, worker_resources: Iterable[Mapping[str, float]]) -> Capacity:
+        distinct = {tuple(sorted(r.items())) for r in worker_resources}
+        return cls(tuple(dict(items) for items in sorted(distinct)))
+
+    @property
+    def advertised(self) -> frozenset[str]:
+        return frozenset(name for offer in self.offers for name in offer)
+
+    def fits(self, request: Mapping[str, float]) -> bool:
+        return any(
+            all(offer.get(name, 0.0) >= amount for name, amount in request.items())
+            for offer in self.offers
+        )
+
+    def largest(self) -> Mapping[str, float]:
+        """The offer with the most CPUs (then memory), for messages."""
+        return max(self.offers, key=lambda o: (o.get(CPUS, 0.0), o.get(MEM_MB, 0.0)), default={})
+
+
+def format_resources(resources: Mapping[str, float]) -> str:
+    if not resources:
+        return "nothing"
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
+
+
+def unsatisfiable_message(job_label: str, request: Mapping[str, float], capacity: Capacity) -> str:
+    """Why ``request`` can never run here, and what to do about it."""
+    return (
+        f"{job_label} asks for {format_resources(request)}, but no Dask worker can ever "
+        f"provide that: the largest worker offers {format_resources(capacity.largest())}. "
+        "The job would wait forever, so it fails now. Lower the rule's threads or "
+        "resources (e.g. --set-threads RULE=N, --set-resources RULE:mem_mb=N), or give "
+        "the workers more (a bigger allocation, --dask-slurm-workers with fewer, "
+        "larger workers)."
+    )

@@ -1,0 +1,155 @@
+"""The plugin's settings: one dataclass, one field per ``--dask-slurm-<name>`` flag.
+
+Snakemake turns each field into a command-line flag (``--dask-slurm-workers``), a profile
+key (``dask-slurm-workers: 8``) and, where ``env_var`` is set, an environment variable
+(``SNAKEMAKE_DASK_SLURM_WORKERS``). Every boolean defaults to False: a True default makes
+Snakemake's argument parser emit an unprefixed ``--no-<name>`` flag that then breaks
+start-up. Values are checked and resolved once, in :mod:`.validation`.
+
+Types are spelled ``Optional[X]``: Snakemake's settings parser understands
+``typing.Optional`` but not the ``X | None`` union syntax.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from snakemake_interface_executor_plugins.settings import ExecutorSettingsBase
+
+CLUSTER_CHOICES = ("auto", "local", "srun", "attach")
+FILE_LOCKING_CHOICES = ("dask-default", "on", "off")
+
+
+@dataclass
+class ExecutorSettings(ExecutorSettingsBase):
+    cluster: str = field(
+        default="auto",
+        metadata={
+            "help": "Where the Dask cluster comes from. 'auto': srun inside a SLURM "
+            "allocation, local outside one. 'local': scheduler and workers on this "
+            "machine. 'srun': workers on every allocated node, started with srun. "
+            "'attach': connect to a scheduler somebody else runs (see "
+            "--dask-slurm-scheduler-file / --dask-slurm-scheduler-address); it is "
+            "never stopped by the plugin.",
+            "env_var": True,
+            "choices": list(CLUSTER_CHOICES),
+        },
+    )
+    workers: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "Total number of Dask worker processes. Default: one per node "
+            "(srun) or one on this machine (local), each with one thread per CPU it "
+            "was granted. An explicit count is split across nodes in proportion to "
+            "their CPUs.",
+            "env_var": True,
+        },
+    )
+    cpus: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "Local mode only: CPUs the local workers may use in total. "
+            "Default: what this process may run on (affinity and cgroup quota), or "
+            "what SLURM granted on this node inside an allocation.",
+            "env_var": True,
+        },
+    )
+    scheduler_file: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "attach: the scheduler file to connect with. srun/local: where the "
+            "plugin's scheduler writes its file (default: inside the run directory, "
+            "which must be on a filesystem the nodes share).",
+            "env_var": True,
+        },
+    )
+    scheduler_address: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "attach: address of a running scheduler, e.g. tcp://10.0.0.5:8786.",
+            "env_var": True,
+        },
+    )
+    run_dir: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "Directory for the scheduler file and the scheduler, worker and "
+            "job logs (default .snakemake/dask-slurm/ in the working directory; the "
+            "nodes must be able to read it).",
+            "env_var": True,
+        },
+    )
+    interface: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Network interface for the scheduler and workers, e.g. ib0. "
+            "Default: the scheduler listens on the address on the route to the "
+            "allocated nodes.",
+            "env_var": True,
+        },
+    )
+    scheduler_host: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Host name or address the scheduler listens on (instead of "
+            "--dask-slurm-interface or the automatic choice).",
+            "env_var": True,
+        },
+    )
+    local_directory: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Workers' local directory, ideally node-local scratch such as "
+            "/tmp or $TMPDIR (default: Dask's temporary-directory setting, else the "
+            "system temporary directory of each node).",
+            "env_var": True,
+        },
+    )
+    file_locking: str = field(
+        default="dask-default",
+        metadata={
+            "help": "Dask's worker file locking: 'dask-default' keeps your Dask "
+            "configuration, 'off' avoids hangs on NFS home directories, 'on' forces it.",
+            "choices": list(FILE_LOCKING_CHOICES),
+        },
+    )
+    startup_timeout: int = field(
+        default=120,
+        metadata={
+            "help": "Seconds to wait for the scheduler and for every expected worker "
+            "to register before giving up (and stopping what was started).",
+            "env_var": True,
+        },
+    )
+    srun_args: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Extra srun options for the worker steps, e.g. '--mem=0 "
+            "--cpu-bind=none' (split like a shell would, never run through one).",
+        },
+    )
+    worker_args: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Extra 'dask worker' options, e.g. '--memory-limit 4GB'.",
+        },
+    )
+    no_direct_shell: bool = field(
+        default=False,
+        metadata={
+            "help": "Run every job through Snakemake's own job command (a fresh "
+            "Snakemake per job, ~2 s each) instead of running eligible shell rules' "
+            "commands directly on the worker (milliseconds each).",
+        },
+    )
+    no_nanny: bool = field(
+        default=False,
+        metadata={
+            "help": "Start workers without a Dask nanny process (faster start, but a "
+            "crashed worker is not restarted).",
+        },
+    )
+    no_dashboard: bool = field(
+        default=False,
+        metadata={"help": "Do not start the Dask dashboard."},
+    )

@@ -1,0 +1,48 @@
+"""Pick and build the cluster source for this run (local, attach or srun)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .cluster import AttachCluster, ClusterSource
+from .cluster_local import LocalCluster
+from .slurm_env import cpus_for_this_node, in_allocation
+from .validation import RunConfig
+
+
+def local_cpus(config: RunConfig) -> tuple[int, str]:
+    """CPUs for the local cluster and where the number came from."""
+    if config.cpus:
+        return config.cpus, "--dask-slurm-cpus"
+    import dask.system
+
+    return cpus_for_this_node(os.environ, dask.system.CPU_COUNT, os.cpu_count() or 1)
+
+
+def local_mem_mb() -> tuple[int, str]:
+    """Memory the local workers advertise: SLURM's grant on this node, else the machine."""
+    granted = os.environ.get("SLURM_MEM_PER_NODE", "")
+    if granted.isdigit() and int(granted) > 0:
+        return int(granted), "SLURM_MEM_PER_NODE"
+    from distributed.system import MEMORY_LIMIT
+
+    return MEMORY_LIMIT // 2**20, "memory this process may use (cgroup/machine)"
+
+
+def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
+    if config.cluster == "attach":
+        return AttachCluster(config.scheduler_address, config.scheduler_file, config.startup_timeout)
+    if config.cluster == "srun":
+        from .cluster_srun import SrunCluster
+
+        return SrunCluster.from_environment(config, log_dir, logger)
+    cpus, cpus_source = local_cpus(config)
+    mem_mb, _ = local_mem_mb()
+    if in_allocation(os.environ):
+        logger.info(
+            "dask-slurm: running on a local Dask cluster inside SLURM allocation "
+            f"{os.environ.get('SLURM_JOB_ID')}: only this machine's granted CPUs are used"
+        )
+    return LocalCluster(config, cpus, cpus_source, mem_mb, log_dir)

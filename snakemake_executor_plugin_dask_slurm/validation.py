@@ -1,0 +1,129 @@
+"""Check the settings and resolve them, once, into a frozen :class:`RunConfig`.
+
+Pure: takes the settings object and the environment as plain values, reads nothing else.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DaskSlurmError
+from .settings import CLUSTER_CHOICES, FILE_LOCKING_CHOICES, ExecutorSettings
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything the plugin needs to know about this run, resolved."""
+
+    cluster: str  # "local", "srun" or "attach"
+    cluster_reason: str  # why, for the log
+    workers: int | None
+    cpus: int | None
+    scheduler_file: Path | None
+    scheduler_address: str | None
+    run_dir: Path
+    interface: str | None
+    scheduler_host: str | None
+    local_directory: str | None
+    file_locking: str
+    startup_timeout: float
+    srun_args: tuple[str, ...]
+    worker_args: tuple[str, ...]
+    direct_shell: bool
+    nanny: bool
+    dashboard: bool
+
+
+def choose_cluster(requested: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """Resolve ``--dask-slurm-cluster`` to a concrete source and say why."""
+    job_id = env.get("SLURM_JOB_ID")
+    if requested == "auto":
+        if job_id:
+            return "srun", f"inside SLURM allocation {job_id}"
+        return "local", "no SLURM allocation (SLURM_JOB_ID is not set)"
+    if requested == "srun" and not job_id:
+        raise DaskSlurmError(
+            "--dask-slurm-cluster srun needs a SLURM allocation, but SLURM_JOB_ID is not "
+            "set: this process is not inside one. Outside an allocation srun would queue "
+            "a new job and wait. Run Snakemake inside one, e.g. 'salloc -N2 --exclusive "
+            "snakemake --executor dask-slurm --jobs 500' or from an sbatch script, or use "
+            "--dask-slurm-cluster local."
+        )
+    return requested, "requested with --dask-slurm-cluster"
+
+
+def _split(option: str, value: str | None) -> tuple[str, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(shlex.split(value))
+    except ValueError as e:
+        raise DaskSlurmError(f"Cannot split {option} {value!r} into arguments: {e}.") from e
+
+
+def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise DaskSlurmError(
+            f"Invalid {option} {value!r}. Valid values are: {', '.join(choices)}."
+        )
+
+
+def _check_positive(option: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise DaskSlurmError(f"{option} must be at least 1, got {value}.")
+
+
+def _check_attach(settings: ExecutorSettings) -> None:
+    if not settings.scheduler_file and not settings.scheduler_address:
+        raise DaskSlurmError(
+            "--dask-slurm-cluster attach needs a scheduler to attach to: give "
+            "--dask-slurm-scheduler-file PATH or --dask-slurm-scheduler-address "
+            "tcp://HOST:PORT."
+        )
+    if settings.scheduler_file and settings.scheduler_address:
+        raise DaskSlurmError(
+            "Give either --dask-slurm-scheduler-file or --dask-slurm-scheduler-address "
+            "for --dask-slurm-cluster attach, not both."
+        )
+
+
+def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -> RunConfig:
+    """Validate ``settings`` and return the run's configuration."""
+    _check_choice("--dask-slurm-cluster", settings.cluster, CLUSTER_CHOICES)
+    _check_choice("--dask-slurm-file-locking", settings.file_locking, FILE_LOCKING_CHOICES)
+    _check_positive("--dask-slurm-workers", settings.workers)
+    _check_positive("--dask-slurm-cpus", settings.cpus)
+    _check_positive("--dask-slurm-startup-timeout", settings.startup_timeout)
+    cluster, reason = choose_cluster(settings.cluster, env)
+    if cluster == "attach":
+        _check_attach(settings)
+    elif settings.scheduler_address:
+        raise DaskSlurmError(
+            "--dask-slurm-scheduler-address only applies to --dask-slurm-cluster attach; "
+            f"this run starts its own scheduler ({cluster})."
+        )
+    run_dir = Path(settings.run_dir) if settings.run_dir else Path(".snakemake", "dask-slurm")
+    if not run_dir.is_absolute():
+        run_dir = workdir / run_dir
+    return RunConfig(
+        cluster=cluster,
+        cluster_reason=reason,
+        workers=settings.workers,
+        cpus=settings.cpus,
+        scheduler_file=Path(settings.scheduler_file) if settings.scheduler_file else None,
+        scheduler_address=settings.scheduler_address,
+        run_dir=run_dir,
+        interface=settings.interface,
+        scheduler_host=settings.scheduler_host,
+        local_directory=settings.local_directory,
+        file_locking=settings.file_locking,
+        startup_timeout=float(settings.startup_timeout),
+        srun_args=_split("--dask-slurm-srun-args", settings.srun_args),
+        worker_args=_split("--dask-slurm-worker-args", settings.worker_args),
+        direct_shell=not settings.no_direct_shell,
+        nanny=not settings.no_nanny,
+        dashboard=not settings.no_dashboard,
+    )
