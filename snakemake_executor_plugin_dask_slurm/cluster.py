@@ -58,9 +58,7 @@ def connect(address: str, timeout: float) -> Client:
     from distributed import Client
 
     try:
-        return Client(
-            address, timeout=timeout, set_as_default=False, security=client_security()
-        )
+        return Client(address, timeout=timeout, set_as_default=False, security=client_security())
     except OSError as e:
         raise DaskSlurmError(
             f"Could not connect to the Dask scheduler at {address} within {timeout:.0f} s: "
@@ -121,7 +119,8 @@ class AttachCluster(ClusterSource):
     def summary(self) -> list[str]:
         if self.client is None:
             return []
-        return [f"attached to {self.client.scheduler.address} with {worker_count(self.client)} workers"]
+        info = self.client.scheduler_info(n_workers=-1)
+        return [f"attached to {info['address']} with {len(info['workers'])} workers"]
 
 
 class ProcessCluster(ClusterSource):

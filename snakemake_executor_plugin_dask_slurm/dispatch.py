@@ -67,7 +67,7 @@ class Dispatcher:
         future.add_done_callback(self._on_done)
 
     def _on_done(self, future: Future) -> None:
-        self._finished.append(future.key)
+        self._finished.append(str(future.key))
         self._notify()
 
     @property
@@ -89,7 +89,9 @@ class Dispatcher:
         if ok:
             outcomes = self.client.gather(ok, errors="skip")
             if len(outcomes) == len(ok):
-                results += [Finished(f.key, o, None) for f, o in zip(ok, outcomes, strict=True)]
+                results += [
+                    Finished(str(f.key), o, None) for f, o in zip(ok, outcomes, strict=True)
+                ]
             else:  # a result vanished (worker lost after finishing): fetch one by one
                 results += [self._one(f) for f in ok]
         results += [self._one(f) for f in futures if f.status != "finished"]
@@ -99,11 +101,15 @@ class Dispatcher:
         try:
             outcome = future.result(timeout=KILL_TIMEOUT)
         except BaseException as e:
-            return Finished(future.key, None, describe_exception(e))
-        return Finished(future.key, outcome, None)
+            return Finished(str(future.key), None, describe_exception(e))
+        return Finished(str(future.key), outcome, None)
 
     def kill(self, keys: list[str]) -> None:
-        """Stop the given jobs' processes on every worker, then drop their futures."""
+        """Stop the given jobs: kill their processes on every worker, cancel the rest.
+
+        Their futures stay registered, so each still comes out of :meth:`drain` (as
+        killed or cancelled) and Snakemake is told about every job it waits for.
+        """
         if not keys:
             return
         try:
@@ -112,6 +118,5 @@ class Dispatcher:
         except Exception as e:  # workers may already be gone; teardown follows
             logger.debug("kill request failed: %s", e)
         with self._lock:
-            futures = [self._futures.pop(k) for k in keys if k in self._futures]
-        for future in futures:
-            future.cancel()
+            futures = [self._futures[k] for k in keys if k in self._futures]
+        self.client.cancel(futures)

@@ -9,7 +9,10 @@ thread, which starts *before* ``__post_init__`` — so everything they touch is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
+import threading
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -40,6 +43,8 @@ class Executor(RemoteExecutor):
         self._wake_event: asyncio.Event | None = None
         self._source: ClusterSource | None = None
         self._closed = False
+        self._sigterm_installed = False
+        self._stop_reason: str | None = None
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
@@ -81,6 +86,8 @@ class Executor(RemoteExecutor):
         return f"{kind}-{job.jobid}-a{job.attempt}-{self._run_token}"
 
     def run_job(self, job: JobExecutorInterface) -> None:
+        if not self._sigterm_installed:
+            self._install_sigterm_handler()
         key = self.job_key(job)
         job_info = SubmittedJobInfo(job, external_jobid=key)
         request = job_request(job.threads, job.resources, self._capacity.advertised)
@@ -102,6 +109,32 @@ class Executor(RemoteExecutor):
         assert self._dispatcher is not None
         self._dispatcher.submit(spec, request)
 
+    def _install_sigterm_handler(self) -> None:
+        """On SIGTERM (SLURM's time limit), stop running jobs, then let Snakemake end.
+
+        Snakemake's own handler (installed after this executor is created, hence the lazy
+        install) only stops scheduling and waits for running jobs, which at a time limit
+        would outlast SLURM's KillWait. Ours kills the jobs first, off the signal
+        handler's thread, so Snakemake sees them fail and shuts down within seconds.
+        """
+        self._sigterm_installed = True
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            self.logger.warning("dask-slurm: SIGTERM received: stopping running jobs")
+            self._stop_reason = "Snakemake received SIGTERM (e.g. SLURM's time limit)"
+            threading.Thread(target=self._kill_running, daemon=True).start()
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+    def _kill_running(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.kill(list(self._jobs))
+
     # -- completion (the status thread) ----------------------------------------------
 
     def _wake(self) -> None:
@@ -113,10 +146,8 @@ class Executor(RemoteExecutor):
         if self._wake_event is None:
             self._wake_event = asyncio.Event()
             self._wake_loop = asyncio.get_running_loop()
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake_event.wait(), self.next_seconds_between_status_checks)
-        except TimeoutError:
-            pass
         self._wake_event.clear()
 
     async def check_active_jobs(
@@ -140,6 +171,8 @@ class Executor(RemoteExecutor):
             self.report_job_success(job_info)
             return
         aux = job_info.aux or {}
+        if self._stop_reason and outcome is None:
+            finished = Finished(finished.key, None, f"stopped because {self._stop_reason}")
         msg = failure_message(job_info.job, finished, aux.get("way", "?"), aux.get("log", "?"))
         self.report_job_error(job_info, msg=msg, aux_logs=[aux.get("log")])
 
@@ -148,8 +181,7 @@ class Executor(RemoteExecutor):
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
         # Our own registry, not ``active_jobs``: the base class empties that list while
         # a status round runs, so a Ctrl-C at that moment would miss jobs.
-        if self._dispatcher is not None:
-            self._dispatcher.kill(list(self._jobs))
+        self._kill_running()
         self._jobs.clear()
 
     def shutdown(self) -> None:
@@ -160,8 +192,7 @@ class Executor(RemoteExecutor):
         if self._closed:
             return
         self._closed = True
-        if self._dispatcher is not None and self._jobs:
-            self._dispatcher.kill(list(self._jobs))
+        if self._jobs:
+            self._kill_running()
         if self._source is not None:
             self._source.close()
-

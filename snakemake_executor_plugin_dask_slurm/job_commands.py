@@ -63,8 +63,7 @@ def job_facts(job: Any, command: str) -> JobFacts:
         shell_exec_resource=job.resources.get("shell_exec") is not None,
         tmpdir_placeholder=TBD in command,
         too_long=len(command) > MAX_DIRECT_COMMAND,
-        storage_files=any(f.is_storage for f in job.input)
-        or any(f.is_storage for f in job.output),
+        storage_files=any(f.is_storage for f in job.input) or any(f.is_storage for f in job.output),
     )
 
 

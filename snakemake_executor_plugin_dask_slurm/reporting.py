@@ -31,18 +31,21 @@ def describe_returncode(code: int) -> str:
     return f"exited with code {code}" + (f" ({meaning})" if meaning else "")
 
 
+def _short_path(path: str) -> str:
+    """``path`` relative to the working directory when it is inside it."""
+    relative = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if relative.startswith("..") else relative
+
+
 def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> str:
     """Rule, what happened, the end of the job's output, and where the full log is."""
-    log = os.path.relpath(log_path) if log_path and log_path != "?" else log_path
+    log = _short_path(log_path)
     outcome = finished.outcome
     label = job_label(job)
     if outcome is None:
-        return f"{label} did not finish: {finished.problem}. Log: {log}"
+        return f"{label} did not finish: {finished.problem}. Log: {log}\n"
     if outcome.start_error:
-        return (
-            f"{label} could not be started on {outcome.host}: {outcome.start_error}. "
-            f"Log: {log}"
-        )
+        return f"{label} could not be started on {outcome.host}: {outcome.start_error}. Log: {log}"
     what = describe_returncode(outcome.returncode)
     tail = outcome.tail.strip() or "(no output)"
     return (

@@ -33,7 +33,9 @@ def local_mem_mb() -> tuple[int, str]:
 
 def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
     if config.cluster == "attach":
-        return AttachCluster(config.scheduler_address, config.scheduler_file, config.startup_timeout)
+        return AttachCluster(
+            config.scheduler_address, config.scheduler_file, config.startup_timeout
+        )
     if config.cluster == "srun":
         from .cluster_srun import SrunCluster
 

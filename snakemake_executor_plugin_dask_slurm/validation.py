@@ -66,9 +66,7 @@ def _split(option: str, value: str | None) -> tuple[str, ...]:
 
 def _check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise DaskSlurmError(
-            f"Invalid {option} {value!r}. Valid values are: {', '.join(choices)}."
-        )
+        raise DaskSlurmError(f"Invalid {option} {value!r}. Valid values are: {', '.join(choices)}.")
 
 
 def _check_positive(option: str, value: int | None) -> None:

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Install the plugin into .venv and run example_workflow/ (a small parameter sweep) on
+# the embedded local Dask cluster. Extra arguments go to snakemake.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/venv.sh
+ensure_venv '.'
+cd example_workflow
+exec ../.venv/bin/snakemake --executor dask-slurm --jobs 100 "$@"

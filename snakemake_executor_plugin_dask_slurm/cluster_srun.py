@@ -1,0 +1,175 @@
+"""Inside a SLURM allocation: the scheduler here, workers on every node through srun.
+
+Everything is decided before anything starts: the allocation (nodes, CPUs per node and
+where that number came from, memory, GPUs), the layout (one srun step per distinct node
+size), the scheduler's address (reachable from the nodes), and a preflight check that
+this interpreter's ``dask scheduler``/``dask worker`` accept every option passed. Then the
+shared :class:`~.cluster.ProcessCluster` lifecycle starts the scheduler and the steps,
+waits for *every* expected worker while watching every step, and tears down in order.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from .cluster import ProcessCluster, owner_environment
+from .cluster_local import file_locking_env, scheduler_options, worker_options
+from .commands import (
+    NODE_WORKER_MODULE,
+    dask_option_names,
+    node_worker_command,
+    scheduler_command,
+    srun_step_command,
+)
+from .layout import NodeGroup, WorkerLayout, plan_layout
+from .network import choose_scheduler_host
+from .preflight import check_dask_cli, find_slurm_commands, scontrol_hostnames
+from .processes import ManagedProcess
+from .slurm_env import Allocation, read_allocation
+from .validation import RunConfig
+
+#: srun job-step name of the worker steps, as ``squeue -s`` shows it.
+STEP_NAME = "dask-workers"
+PREFLIGHT_TIMEOUT = 60.0
+SCONTROL_TIMEOUT = 15.0
+
+
+def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
+    """What each worker of ``group`` advertises: its share of the node's grant."""
+    share = group.workers_per_node
+    resources: dict[str, float] = {"cpus": group.threads_per_worker}
+    mem = alloc.mem_mb_per_node
+    if mem:
+        resources["mem_mb"] = mem // share
+    if alloc.gpus_per_node:
+        resources["gpus"] = alloc.gpus_per_node // share
+    return {k: v for k, v in resources.items() if v > 0}
+
+
+def step_log_name(index: int, group: NodeGroup) -> str:
+    return f"workers-step{index}-{group.cpus}cpus.log"
+
+
+class SrunCluster(ProcessCluster):
+    """A scheduler on this host and one srun step of workers per node size."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        alloc: Allocation,
+        layout: WorkerLayout,
+        host: tuple[str | None, str],
+        srun: str,
+        log_dir: Path,
+    ):
+        python = sys.executable
+        scheduler_file = config.scheduler_file or log_dir / "scheduler.json"
+        scheduler_argv = scheduler_command(
+            python, scheduler_options(config, scheduler_file, host[0])
+        )
+        env = owner_environment() | file_locking_env(config.file_locking)
+        steps, payloads = [], []
+        for index, group in enumerate(layout.groups):
+            opts = worker_options(
+                config,
+                scheduler_file,
+                group.threads_per_worker,
+                group.workers_per_node,
+                group_resources(group, alloc),
+                None,
+            )
+            payload = node_worker_command(python, opts)
+            argv = srun_step_command(
+                group, job_name=STEP_NAME, srun_args=config.srun_args, payload=payload, srun=srun
+            )
+            name = f"srun step for {','.join(group.nodes)}"
+            steps.append(ManagedProcess(name, argv, log_dir / step_log_name(index, group), env))
+            payloads.append(payload)
+        scheduler = ManagedProcess(
+            "Dask scheduler", scheduler_argv, log_dir / "scheduler.log", owner_environment()
+        )
+        super().__init__(
+            scheduler, steps, scheduler_file, layout.total_workers, config.startup_timeout
+        )
+        self.alloc, self.layout, self.host, self.log_dir = alloc, layout, host, log_dir
+        self.python, self.payloads = python, payloads
+        self.description = (
+            f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
+            f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)"
+        )
+
+    @classmethod
+    def from_environment(cls, config: RunConfig, log_dir: Path, logger: Any) -> SrunCluster:
+        import dask.system
+
+        env: Mapping[str, str] = os.environ
+        commands = find_slurm_commands()
+        nodelist = env.get("SLURM_JOB_NODELIST", "")
+        hostnames = None
+        if commands.scontrol and nodelist:
+            hostnames = scontrol_hostnames(commands.scontrol, nodelist, SCONTROL_TIMEOUT)
+        alloc = read_allocation(env, hostnames, dask.system.CPU_COUNT, os.cpu_count() or 1)
+        layout = plan_layout(alloc, config.workers)
+        host = choose_scheduler_host(
+            config.interface, config.scheduler_host, alloc.first_node, alloc.this_node_is_allocated
+        )
+        cluster = cls(config, alloc, layout, host, commands.srun, log_dir)
+        cluster.preflight()
+        return cluster
+
+    def preflight(self) -> None:
+        """Check the Dask CLI accepts every option, before starting anything."""
+        worker_opts = tuple(o for p in self.payloads for o in dask_option_names(p))
+        check_dask_cli(
+            self.python,
+            dask_option_names(self.scheduler.argv),
+            (*worker_opts, "--name"),
+            PREFLIGHT_TIMEOUT,
+            worker_module=NODE_WORKER_MODULE,
+        )
+
+    def worker_hint(self) -> str:
+        return (
+            "Common causes: the plugin or Dask is not installed in the same environment "
+            f"on the nodes ({self.python} must work there); SLURM refused the step (more "
+            "CPUs or memory than granted: see the step log); the nodes cannot reach the "
+            f"scheduler at {self.host[0] or 'its default address'} (name a reachable "
+            "interface with --dask-slurm-interface, e.g. ib0, or a host with "
+            "--dask-slurm-scheduler-host)."
+        )
+
+    def summary(self) -> list[str]:
+        alloc = self.alloc
+        lines = [
+            f"allocation {alloc.job_id}: nodes {','.join(alloc.nodes)}; CPUs per node "
+            f"{','.join(map(str, alloc.cpus))} (from {alloc.cpus_source})",
+            f"memory per node: {alloc.mem_mb_per_node or 'not granted explicitly'} "
+            f"({alloc.mem_source}); GPUs per node: {alloc.gpus_per_node or 0}",
+            f"workers: {self.layout.describe()}",
+            f"scheduler on {socket.gethostname()} at "
+            f"{self.client.scheduler_info()['address'] if self.client else '?'} "
+            f"({self.host[1]})",
+            f"all {self.expected_workers} workers registered in {self.bringup_seconds or 0:.1f} s"
+            f"; logs in {self.log_dir}",
+        ]
+        if self.client is not None and self.client.dashboard_link:
+            lines.append(dashboard_hint(self.client.dashboard_link))
+        return lines
+
+
+def dashboard_hint(link: str) -> str:
+    """The dashboard address and the SSH tunnel that reaches it from a laptop."""
+    url = urlparse(link)
+    here = socket.gethostname()
+    port = url.port or 8787
+    return (
+        f"Dask dashboard: {link} ; from your laptop: ssh -N -L {port}:{url.hostname}:{port} "
+        f"{here} (through your site's login node if {here} is not reachable), then open "
+        f"http://localhost:{port}{url.path}"
+    )

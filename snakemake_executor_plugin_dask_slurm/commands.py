@@ -1,0 +1,199 @@
+"""Argument lists for every command the plugin starts: one small builder per command.
+
+Pure: each builder takes an interpreter path and a frozen options object (or a node group)
+and returns ``list[str]`` for ``subprocess`` without a shell. Nothing here runs anything.
+
+Every Dask option the plugin passes is written here, so :func:`dask_option_names` can hand
+exactly that set to the preflight check. Options that are not modelled as fields go in
+``extra_args``; security (TLS: ``--tls-ca-file``, ``--tls-cert``, ``--tls-key``,
+``--protocol tls``) comes from :mod:`.security` into the ``extra_args`` of both option
+objects, so it is decided in one place and preflight checks it like everything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .layout import NodeGroup
+
+SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
+WORKER_MODULE = "distributed.cli.dask_worker"
+NODE_WORKER_MODULE = "snakemake_executor_plugin_dask_slurm.node_worker"
+
+
+@dataclass(frozen=True)
+class SchedulerOptions:
+    """What the scheduler is told; ``dashboard_address`` None means no dashboard."""
+
+    scheduler_file: str
+    host: str | None = None
+    interface: str | None = None
+    port: int = 0  # 0: a free port, so two runs on one login node cannot collide
+    dashboard_address: str | None = ":0"
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What each ``dask worker`` command is told (it may start several processes)."""
+
+    scheduler_file: str
+    nthreads: int
+    nworkers: int = 1
+    resources: tuple[tuple[str, float], ...] = ()
+    name: str | None = None
+    local_directory: str | None = None
+    interface: str | None = None
+    nanny: bool = True
+    death_timeout: float = 60.0
+    # "0" turns off Dask's memory management: rule jobs are child processes whose memory
+    # the worker does not count, so its limit would only mislead.
+    memory_limit: str = "0"
+    dashboard: bool = False  # one dashboard per worker is rarely wanted and opens ports
+    extra_args: tuple[str, ...] = ()
+
+
+def _number(value: float) -> str:
+    """``4.0`` -> ``4``, ``0.5`` -> ``0.5``: Dask parses both, people read the first."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def format_resources(resources: Sequence[tuple[str, float]]) -> str:
+    """``(("mem_mb", 2000), ("cpus", 4))`` -> ``cpus=4,mem_mb=2000`` (sorted by name)."""
+    for name, _ in resources:
+        if not name or any(c in name for c in "=, "):
+            raise ValueError(
+                f"Dask resource name {name!r} cannot be passed to 'dask worker "
+                "--resources': names must be non-empty and contain no '=', ',' or space"
+            )
+    return ",".join(f"{name}={_number(value)}" for name, value in sorted(resources))
+
+
+def _option(flag: str, value: str | None) -> list[str]:
+    return [flag, value] if value is not None else []
+
+
+def scheduler_command(python: str, opts: SchedulerOptions) -> list[str]:
+    """``python -m distributed.cli.dask_scheduler ...`` for this run's scheduler."""
+    if opts.host is not None and opts.interface is not None:
+        # Dask itself refuses both ("Can not specify both interface and host").
+        raise ValueError(
+            f"The scheduler can bind to a host ({opts.host}) or an interface "
+            f"({opts.interface}), not both: set only one of them."
+        )
+    dashboard = (
+        ["--dashboard-address", opts.dashboard_address]
+        if opts.dashboard_address is not None
+        else ["--no-dashboard"]
+    )
+    return [
+        python,
+        "-m",
+        SCHEDULER_MODULE,
+        "--scheduler-file",
+        opts.scheduler_file,
+        *_option("--host", opts.host),
+        *_option("--interface", opts.interface),
+        "--port",
+        str(opts.port),
+        *dashboard,
+        *opts.extra_args,
+    ]
+
+
+def worker_args(opts: WorkerOptions) -> list[str]:
+    """The ``dask worker`` options alone, without interpreter and module."""
+    if opts.nthreads < 1 or opts.nworkers < 1:
+        raise ValueError(
+            f"A Dask worker needs at least one process and one thread, got "
+            f"nworkers={opts.nworkers}, nthreads={opts.nthreads}"
+        )
+    resources = format_resources(opts.resources) if opts.resources else None
+    return [
+        "--scheduler-file",
+        opts.scheduler_file,
+        "--nthreads",
+        str(opts.nthreads),
+        "--nworkers",
+        str(opts.nworkers),
+        *_option("--resources", resources),
+        *_option("--name", opts.name),
+        *_option("--local-directory", opts.local_directory),
+        *_option("--interface", opts.interface),
+        "--nanny" if opts.nanny else "--no-nanny",
+        "--death-timeout",
+        _number(opts.death_timeout),
+        "--memory-limit",
+        opts.memory_limit,
+        "--dashboard" if opts.dashboard else "--no-dashboard",
+        *opts.extra_args,
+    ]
+
+
+def worker_command(python: str, opts: WorkerOptions) -> list[str]:
+    """``python -m distributed.cli.dask_worker ...`` for workers started on this machine."""
+    return [python, "-m", WORKER_MODULE, *worker_args(opts)]
+
+
+def node_worker_command(python: str, opts: WorkerOptions) -> list[str]:
+    """The payload of an srun step: a worker that names itself after its node.
+
+    One srun task runs on each node and all tasks get the same arguments, so the name
+    cannot be written here; :mod:`.node_worker` adds ``--name <node>`` on the node.
+    """
+    if opts.name is not None:
+        raise ValueError(
+            "An srun step's workers are named after their node; leave WorkerOptions.name "
+            f"unset (got {opts.name!r})."
+        )
+    return [python, "-m", NODE_WORKER_MODULE, *worker_args(opts)]
+
+
+def srun_step_command(
+    group: NodeGroup,
+    *,
+    job_name: str,
+    srun_args: Sequence[str],
+    payload: Sequence[str],
+    srun: str = "srun",
+) -> list[str]:
+    """The ``srun`` step that starts one task (one ``payload``) on each node of ``group``.
+
+    - ``--cpus-per-task`` is what each node was granted: never more (SLURM refuses it).
+    - ``--mem=0``: for a step, zero means all the job's memory on each node, whatever
+      SLURM_MEM_PER_* the job's environment would otherwise pass to srun.
+    - ``--overlap`` lets the step share CPUs, memory and GPUs with other steps, so a rule
+      can still start its own ``srun`` inside the allocation while the workers run.
+    - ``--kill-on-bad-exit=0``: one node's worker failing must not take down the healthy
+      workers on the other nodes of the step, whatever the site's KillOnBadExit says.
+    - ``--input=none``: a backgrounded srun would otherwise read the terminal and be
+      stopped by the shell (SIGTTIN) in an interactive ``salloc``.
+    - ``--export=ALL``: an ``sbatch --export=NONE`` job passes SLURM_EXPORT_ENV=NONE to
+      its steps, which would start the workers without the plugin's environment.
+
+    ``srun_args`` (the user's) come after ours, so theirs win where srun lets the last
+    one win.
+    """
+    count = len(group.nodes)
+    return [
+        srun,
+        f"--nodes={count}",
+        f"--ntasks={count}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(group.nodes)}",
+        f"--cpus-per-task={group.cpus}",
+        "--mem=0",
+        "--overlap",
+        "--kill-on-bad-exit=0",
+        "--input=none",
+        "--export=ALL",
+        f"--job-name={job_name}",
+        *srun_args,
+        *payload,
+    ]
+
+
+def dask_option_names(argv: Sequence[str]) -> tuple[str, ...]:
+    """The ``--options`` in a Dask command line, in order, for the preflight check."""
+    return tuple(dict.fromkeys(a.split("=", 1)[0] for a in argv if a.startswith("--")))

@@ -1,0 +1,151 @@
+"""Check, before starting anything, that the commands the plugin will run exist.
+
+A missing ``distributed`` or an option the installed Dask does not know would otherwise
+show up as a scheduler or worker that exits seconds later, or as workers that never
+arrive, with the reason buried in a log. Asking ``--help`` first turns that into one
+message naming the interpreter, what is missing and how to install it.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from .commands import NODE_WORKER_MODULE, SCHEDULER_MODULE, WORKER_MODULE
+from .errors import DaskSlurmError
+
+_OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
+# Successful --help answers per (interpreter, module): a run checks several option sets.
+_help_cache: dict[tuple[str, str], str] = {}
+
+
+class PreflightError(DaskSlurmError):
+    """A command the plugin needs is missing or does not accept the plugin's options."""
+
+
+def _install_hint(python: str, module: str) -> str:
+    if module == NODE_WORKER_MODULE:
+        return (
+            f"Install this plugin and Dask's distributed in that environment ('{python} -m "
+            "pip install snakemake-executor-plugin-dask-slurm'), or point the plugin at an "
+            "interpreter that has them."
+        )
+    return (
+        f"Install Dask's distributed in that environment ('{python} -m pip install "
+        '"distributed>=2026.8"\'), or point the plugin at an interpreter that has it.'
+    )
+
+
+def _help_text(python: str, module: str, timeout: float) -> str:
+    """What ``python -m module --help`` printed; PreflightError if it could not run."""
+    if (python, module) in _help_cache:
+        return _help_cache[python, module]
+    command = [python, "-m", module, "--help"]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except OSError as error:
+        raise PreflightError(
+            f"The Python interpreter {python!r} cannot be run ({error.strerror}), so Dask "
+            "cannot be started with it. Check that the path names an installed Python."
+        ) from error
+    except subprocess.TimeoutExpired as error:
+        raise PreflightError(
+            f"'{' '.join(command)}' did not answer within {timeout:g} s. The environment "
+            "may be on a slow or hung file system; try again, or raise the start-up timeout."
+        ) from error
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise PreflightError(
+            f"'{' '.join(command)}' failed with exit code {done.returncode}, so the plugin "
+            f"cannot start Dask with {python}. It said:\n  " + "\n  ".join(said) + "\n"
+            f"{_install_hint(python, module)}"
+        )
+    _help_cache[python, module] = done.stdout
+    return done.stdout
+
+
+def _missing(help_text: str, wanted: Sequence[str]) -> list[str]:
+    known = set(_OPTION.findall(help_text))
+    return [option for option in wanted if option not in known]
+
+
+def check_dask_cli(
+    python: str,
+    scheduler_options: Sequence[str],
+    worker_options: Sequence[str],
+    timeout: float,
+    worker_module: str = WORKER_MODULE,
+) -> None:
+    """Check that ``python`` can run Dask's scheduler and worker with these options.
+
+    Options are names such as ``--nworkers`` (``commands.dask_option_names`` extracts them
+    from a built command). Pass ``worker_module=NODE_WORKER_MODULE`` for srun workers: its
+    ``--help`` is Dask's worker help reached through the plugin's node_worker, so it also
+    proves the plugin is importable there. Each ``--help`` runs once per interpreter.
+    """
+    wanted = {SCHEDULER_MODULE: scheduler_options, worker_module: worker_options}
+    # Both at once: each --help imports distributed, about a second apiece.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {m: pool.submit(_help_text, python, m, timeout) for m in wanted}
+    failures = [f.exception() for f in futures.values() if f.exception() is not None]
+    if failures:  # both, when both failed: they can fail for different reasons
+        raise PreflightError("\n".join(dict.fromkeys(str(e) for e in failures)))
+    texts = {module: future.result() for module, future in futures.items()}
+    problems = [
+        f"'{module}' does not accept {', '.join(missing)}"
+        for module, options in wanted.items()
+        if (missing := _missing(texts[module], options))
+    ]
+    if problems:
+        raise PreflightError(
+            f"The Dask installed for {python} does not accept options the plugin passes: "
+            f"{'; '.join(problems)}. Its distributed is probably older or newer than the "
+            f"plugin supports (2026.8 to <2027), or an extra option was misspelt. "
+            f"{_install_hint(python, WORKER_MODULE)}"
+        )
+
+
+@dataclass(frozen=True)
+class SlurmCommands:
+    """Paths of the SLURM commands the plugin runs; scontrol is optional."""
+
+    srun: str
+    scontrol: str | None  # None: the node list is expanded by the plugin itself
+
+
+def find_slurm_commands(path: str | None = None) -> SlurmCommands:
+    """Find ``srun`` (required) and ``scontrol`` (optional) on ``path`` (default: PATH)."""
+    srun = shutil.which("srun", path=path)
+    if srun is None:
+        raise PreflightError(
+            "srun is not on PATH, but the plugin starts the Dask workers on the allocated "
+            "nodes with it. Make SLURM's commands available (often 'module load slurm'), "
+            "or use --dask-slurm-cluster local to run on this machine only."
+        )
+    return SlurmCommands(srun=srun, scontrol=shutil.which("scontrol", path=path))
+
+
+def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str] | None:
+    """The node names ``scontrol show hostnames`` prints, or None if it failed.
+
+    None lets the caller fall back to :func:`.slurm_env.expand_hostlist`; scontrol is
+    preferred because it knows every form of node list SLURM writes.
+    """
+    try:
+        done = subprocess.run(
+            [scontrol, "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = done.stdout.split()
+    return names if done.returncode == 0 and names else None

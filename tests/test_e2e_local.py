@@ -1,0 +1,224 @@
+"""End to end on the embedded local cluster: real Snakemake, real Dask processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import VENV_BIN, Workflow
+
+pytestmark = pytest.mark.e2e
+
+FEATURE_OUTPUTS = {
+    "out/shell/plain.txt": "name=plain\n",
+    "out/shell/with space.txt": "name=with space\n",
+    "out/shell/dollar$sign.txt": "name=dollar$sign\n",
+    "out/shell/quote'mark.txt": "name=quote'mark\n",
+    "out/params.txt": 'it\'s a "quoted" $HOME value with  two spaces|3\n',
+    "out/threads.txt": "threads=2 omp=2 mkl=2 mem=50\n",
+    "out/logged.txt": "done\n",
+    "logs/logged.log": "to-stdout\nto-stderr\n",
+    "out/bench.txt": "benchmarked\n",
+    "out/run.txt": "from-run threads=1\n",
+    "out/script.txt": "from-script rule=script_directive\n",
+    "out/dir_count.txt": "3\n",
+    "out/temp_consumer.txt": "temporary-content\n",
+    "out/checkpoint_sum.txt": "20\n",
+}
+
+
+def check_features(wf: Workflow) -> None:
+    for name, content in FEATURE_OUTPUTS.items():
+        assert wf.read(name) == content, name
+    env = wf.read("out/env.txt").splitlines()
+    assert env == [
+        f"pwd={wf.path}",
+        "pipefail=pipefail on",
+        "nounset=nounset on",
+        "tmpdir-exists",
+        "omp=1",
+    ]
+    assert not (wf.path / "out/temp.txt").exists(), "temp() output was not removed"
+    bench = wf.read("bench/bench.tsv").splitlines()
+    assert bench[0].split("\t")[:2] == ["s", "h:m:s"] and len(bench) == 2
+
+
+def job_log(wf: Workflow, rule: str, name: str = "") -> str:
+    logs = wf.path / ".snakemake/dask-slurm/logs/jobs" / rule
+    path = (logs / f"{name}.attempt1.log") if name else logs.with_suffix(".attempt1.log")
+    return path.read_text()
+
+
+@pytest.mark.workflow("features")
+def test_every_rule_kind_direct_way(workflow: Workflow) -> None:
+    run = workflow.snakemake("--jobs", "20")
+    assert run.returncode == 0, run
+    check_features(workflow)
+    # Plain shell rules ran directly (no Snakemake banner in their job log); the
+    # benchmark rule and run:/script: rules went the general way.
+    assert "Building DAG" not in job_log(workflow, "shell_wildcards", "name_plain")
+    assert "Building DAG" in job_log(workflow, "bench")
+    assert "Building DAG" in job_log(workflow, "run_directive")
+    assert "dask-slurm: local (no SLURM allocation" in run.output
+
+
+@pytest.mark.workflow("features")
+def test_every_rule_kind_general_way(workflow: Workflow) -> None:
+    run = workflow.snakemake("--jobs", "20", "--dask-slurm-no-direct-shell")
+    assert run.returncode == 0, run
+    check_features(workflow)
+    assert "Building DAG" in job_log(workflow, "shell_wildcards", "name_plain")
+
+
+@pytest.mark.workflow("fail")
+def test_failing_rule_stops_the_run_with_a_useful_message(workflow: Workflow) -> None:
+    run = workflow.snakemake("--jobs", "4")
+    assert run.returncode == 1, run
+    out = run.output
+    assert "rule bad (jobid" in out and "exited with code 3" in out, out
+    assert "bad-line-30" in out and "about-to-fail" in out, "log tail missing"
+    assert "bad-line-5\n" not in out, "more than the last lines were quoted"
+    assert ".snakemake/dask-slurm/logs/jobs/bad.attempt1.log" in out
+    # Without --keep-going, running jobs finish but nothing new starts after the error.
+    assert not (workflow.path / "out/bad.txt").exists()
+
+
+@pytest.mark.workflow("fail")
+def test_keep_going_finishes_independent_jobs(workflow: Workflow) -> None:
+    run = workflow.snakemake("--jobs", "1", "--keep-going")
+    assert run.returncode == 1, run
+    for i in range(3):
+        assert workflow.read(f"out/good{i}.txt") == f"good{i}\n"
+    assert "exited with code 3" in run.output
+
+
+@pytest.mark.workflow("retries")
+def test_retries_resubmit_with_the_new_attempts_resources(workflow: Workflow) -> None:
+    run = workflow.snakemake("--jobs", "2", "--retries", "2")
+    assert run.returncode == 0, run
+    assert workflow.read("out/flaky.txt") == "succeeded-with-200\n"
+    first = workflow.path / ".snakemake/dask-slurm/logs/jobs/flaky.attempt1.log"
+    assert first.read_text() == "attempt-with-100\n"
+
+
+@pytest.mark.workflow("retries")
+def test_request_no_worker_can_satisfy_fails_at_once(workflow: Workflow) -> None:
+    started = time.monotonic()
+    run = workflow.snakemake("--jobs", "2", "--set-threads", "flaky=64")
+    assert run.returncode == 1, run
+    assert "rule flaky" in run.output and "asks for cpus=64" in run.output, run
+    assert "the largest worker offers cpus=" in run.output
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.workflow("fail")
+def test_command_not_found_is_named(workflow: Workflow) -> None:
+    snakefile = workflow.path / "Snakefile"
+    snakefile.write_text(
+        'rule all:\n    output: "x.txt"\n    shell: "no-such-command-xyz > {output}"\n'
+    )
+    run = workflow.snakemake("--jobs", "1")
+    assert run.returncode == 1
+    assert "exited with code 127 (command not found)" in run.output, run
+
+
+@pytest.mark.workflow("sleepers")
+def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> None:
+    argv = [
+        str(VENV_BIN / "snakemake"),
+        "--executor",
+        "dask-slurm",
+        "--jobs",
+        "3",
+        "--config",
+        f"token={workflow.token}",
+        "seconds=60",
+        "count=2",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        cwd=workflow.path,
+        env=workflow.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        # A background child of a non-interactive shell would ignore SIGINT.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not all((workflow.path / f"started{i}").exists() for i in range(2)):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "jobs never started"
+            time.sleep(0.1)
+        interrupted = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+        stop_seconds = time.monotonic() - interrupted
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, output
+    assert stop_seconds < 30, f"took {stop_seconds:.1f} s to stop"
+    assert not list((workflow.path / "out").glob("slept*.txt"))
+    # (the no_leftovers fixture checks that no job or Dask process is left)
+    rerun = workflow.snakemake(
+        "--jobs", "3", "--config", f"token={workflow.token}", "seconds=0", "count=2"
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun
+    assert [workflow.read(f"out/slept{i}.txt") for i in range(2)] == ["slept\n"] * 2
+
+
+@pytest.mark.workflow("retries")
+def test_attach_to_a_scheduler_the_plugin_did_not_start(workflow: Workflow) -> None:
+    sched_file = workflow.path / "scheduler.json"
+    python = str(VENV_BIN / "python")
+    env = workflow.env()
+    scheduler = subprocess.Popen(
+        [python, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(sched_file),
+         "--host", "127.0.0.1", "--dashboard-address", ":0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [python, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file),
+         "--nthreads", "2", "--resources", "cpus=2", "--no-dashboard"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert scheduler.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        run = workflow.snakemake(
+            "--jobs", "2", "--retries", "1", "--dask-slurm-cluster", "attach",
+            "--dask-slurm-scheduler-file", str(sched_file),
+        )  # fmt: skip
+        assert run.returncode == 0, run
+        assert workflow.read("out/flaky.txt") == "succeeded-with-200\n"
+        time.sleep(1)
+        assert scheduler.poll() is None and worker.poll() is None, "attach stopped them"
+    finally:
+        for p in (worker, scheduler):
+            p.terminate()
+            p.wait(30)
+
+
+def test_srun_outside_an_allocation_fails_fast(tmp_path: Path, no_leftovers: str) -> None:
+    (tmp_path / "Snakefile").write_text('rule a:\n    output: "a"\n    shell: "touch {output}"\n')
+    env = dict(os.environ)
+    env.pop("SLURM_JOB_ID", None)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1",
+         "--dask-slurm-cluster", "srun"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "needs a SLURM allocation" in proc.stdout + proc.stderr
+    assert "salloc" in proc.stdout + proc.stderr
+    assert time.monotonic() - started < 30

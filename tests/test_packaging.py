@@ -1,0 +1,61 @@
+"""The plugin is discovered the way Snakemake discovers plugins, and the code is clean."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+PYTHON = sys.executable
+DISCOVER = (
+    "from snakemake_interface_executor_plugins.registry import ExecutorPluginRegistry as R;"
+    "p = R().get_plugin('dask-slurm'); print(p.name, p._executor_settings_cls.__name__)"
+)
+
+
+def test_discovered_from_this_environment() -> None:
+    # The test command installs the project editable (hatchling's .pth path entry), the
+    # mode docs/further.md documents; Snakemake scans with pkgutil.iter_modules.
+    out = subprocess.run([PYTHON, "-c", DISCOVER], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "dask-slurm ExecutorSettings"
+
+
+def test_discovered_from_a_normal_wheel_install(tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    subprocess.run(
+        [PYTHON, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(ROOT)],
+        check=True, capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert (target / "snakemake_executor_plugin_dask_slurm" / "__init__.py").exists()
+    # PYTHONPATH comes before the editable install's path entry, so the wheel's copy is
+    # the one Snakemake's scan imports.
+    code = DISCOVER + "; import snakemake_executor_plugin_dask_slurm as m; print(m.__file__)"
+    out = subprocess.run(
+        [PYTHON, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    discovered, path = out.stdout.splitlines()
+    assert discovered == "dask-slurm ExecutorSettings"
+    assert path.startswith(str(target))
+
+
+def test_snakemake_cli_lists_the_settings() -> None:
+    snakemake = Path(PYTHON).parent / "snakemake"
+    out = subprocess.run([str(snakemake), "--help"], capture_output=True, text=True, check=True)
+    assert "--dask-slurm-cluster VALUE" in out.stdout
+    assert "'auto': srun inside" in out.stdout
+    assert "--dask-slurm-no-direct-shell" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "tool", [["ruff", "check", "."], ["ruff", "format", "--check", "."], ["mypy"]]
+)
+def test_code_is_clean(tool: list[str]) -> None:
+    exe = Path(PYTHON).parent / tool[0]
+    out = subprocess.run([str(exe), *tool[1:]], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,196 @@
+"""Preflight against the real installed Dask CLI, broken interpreters and fake SLURM tools."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from snakemake_executor_plugin_dask_slurm import preflight
+from snakemake_executor_plugin_dask_slurm.commands import (
+    NODE_WORKER_MODULE,
+    SchedulerOptions,
+    WorkerOptions,
+    dask_option_names,
+    node_worker_command,
+    scheduler_command,
+)
+from snakemake_executor_plugin_dask_slurm.preflight import (
+    PreflightError,
+    SlurmCommands,
+    check_dask_cli,
+    find_slurm_commands,
+    scontrol_hostnames,
+)
+
+PY = sys.executable
+
+
+def script(directory: Path, name: str, body: str) -> Path:
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+# Every option the plugin's builders can emit, plus the TLS options security.py will add.
+SCHEDULER_ARGV = scheduler_command(
+    PY,
+    SchedulerOptions(
+        "/s.json",
+        host="10.0.0.1",
+        extra_args=("--preload", "m", "--tls-ca-file", "ca", "--protocol", "tls"),
+    ),
+)
+SCHEDULER_OPTIONS = (*dask_option_names(SCHEDULER_ARGV), "--interface", "--no-dashboard")
+WORKER_ARGV = node_worker_command(
+    PY,
+    WorkerOptions(
+        "/s.json",
+        nthreads=2,
+        resources=(("cpus", 2),),
+        local_directory="/tmp",
+        interface="ib0",
+        extra_args=("--preload", "m", "--tls-cert", "c", "--tls-key", "k"),
+    ),
+)
+# --name is added on the node by node_worker.
+WORKER_OPTIONS = (*dask_option_names(WORKER_ARGV), "--name", "--no-nanny", "--dashboard")
+
+
+def test_the_installed_dask_accepts_every_option_the_plugin_passes() -> None:
+    check_dask_cli(PY, SCHEDULER_OPTIONS, WORKER_OPTIONS, timeout=60)
+
+
+def test_through_node_worker_the_plugin_and_dask_are_both_checked() -> None:
+    check_dask_cli(
+        PY, SCHEDULER_OPTIONS, WORKER_OPTIONS, timeout=60, worker_module=NODE_WORKER_MODULE
+    )
+    with pytest.raises(PreflightError, match=f"'{NODE_WORKER_MODULE}' does not accept --bogus"):
+        check_dask_cli(PY, (), ("--bogus",), timeout=60, worker_module=NODE_WORKER_MODULE)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "worker", "named"),
+    [
+        (
+            ("--no-such-option",),
+            (),
+            "'distributed.cli.dask_scheduler' does not accept --no-such-option. ",
+        ),
+        (
+            ("--host",),
+            ("--nthreads", "--nprocs", "--bogus"),
+            "'distributed.cli.dask_worker' does not accept --nprocs, --bogus. ",
+        ),
+        (
+            ("--nworkers", "--host"),
+            ("--nworkers", "--port"),
+            "'distributed.cli.dask_scheduler' does not accept --nworkers; "
+            "'distributed.cli.dask_worker' does not accept --port. ",
+        ),
+    ],
+)
+def test_unknown_options_are_named(
+    scheduler: tuple[str, ...], worker: tuple[str, ...], named: str
+) -> None:
+    with pytest.raises(PreflightError) as caught:
+        check_dask_cli(PY, scheduler, worker, timeout=60)
+    assert str(caught.value) == (
+        f"The Dask installed for {PY} does not accept options the plugin passes: {named}"
+        "Its distributed is probably older or newer than the plugin supports (2026.8 to "
+        "<2027), or an extra option was misspelt. Install Dask's distributed in that "
+        f"environment ('{PY} -m pip install \"distributed>=2026.8\"'), or point the plugin "
+        "at an interpreter that has it."
+    )
+
+
+def test_interpreter_without_distributed(tmp_path: Path) -> None:
+    # -I -S: the same Python with no site-packages, so distributed cannot be imported.
+    bare = script(tmp_path, "python", f'exec "{PY}" -I -S "$@"')
+    with pytest.raises(PreflightError) as caught:
+        check_dask_cli(str(bare), ("--host",), ("--nthreads",), timeout=30)
+    message = str(caught.value)
+    assert f"'{bare} -m distributed.cli.dask_" in message
+    assert "failed with exit code 1" in message
+    assert "No module named 'distributed'" in message
+    assert f"'{bare} -m pip install \"distributed>=2026.8\"'" in message
+
+
+def test_interpreter_without_the_plugin(tmp_path: Path) -> None:
+    bare = script(tmp_path, "python", f'exec "{PY}" -I -S "$@"')
+    with pytest.raises(PreflightError) as caught:
+        check_dask_cli(str(bare), (), (), timeout=30, worker_module=NODE_WORKER_MODULE)
+    message = str(caught.value)
+    assert "No module named 'snakemake_executor_plugin_dask_slurm'" in message
+    assert f"'{bare} -m pip install snakemake-executor-plugin-dask-slurm'" in message
+
+
+@pytest.mark.parametrize("name", ["missing-python", "not-executable"])
+def test_interpreter_that_cannot_run(tmp_path: Path, name: str) -> None:
+    python = tmp_path / name
+    if name == "not-executable":
+        python.write_text("")
+    with pytest.raises(PreflightError, match=f"The Python interpreter '{python}' cannot be run"):
+        check_dask_cli(str(python), (), (), timeout=30)
+
+
+def test_interpreter_that_hangs(tmp_path: Path) -> None:
+    slow = script(tmp_path, "python", "exec sleep 30")
+    with pytest.raises(PreflightError, match=r"did not answer within 0\.3 s"):
+        check_dask_cli(str(slow), (), (), timeout=0.3)
+
+
+def test_help_runs_once_per_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    check_dask_cli(PY, ("--host",), ("--nthreads",), timeout=60)
+
+    def no_more_processes(*args: object, **kwargs: object) -> None:
+        raise AssertionError("--help was run again")
+
+    monkeypatch.setattr(preflight.subprocess, "run", no_more_processes)
+    check_dask_cli(PY, ("--port",), ("--nworkers",), timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("tools", "expected_scontrol"),
+    [(["srun", "scontrol"], True), (["srun"], False)],
+)
+def test_find_slurm_commands(tmp_path: Path, tools: list[str], expected_scontrol: bool) -> None:
+    for tool in tools:
+        script(tmp_path, tool, "exit 0")
+    assert find_slurm_commands(str(tmp_path)) == SlurmCommands(
+        srun=str(tmp_path / "srun"),
+        scontrol=str(tmp_path / "scontrol") if expected_scontrol else None,
+    )
+
+
+def test_find_slurm_commands_without_srun(tmp_path: Path) -> None:
+    script(tmp_path, "scontrol", "exit 0")
+    with pytest.raises(PreflightError) as caught:
+        find_slurm_commands(str(tmp_path))
+    message = str(caught.value)
+    assert "srun is not on PATH" in message
+    assert "module load slurm" in message
+    assert "--dask-slurm-cluster local" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            '[ "$1 $2 $3" = "show hostnames n[1-3]" ] && printf "n1\\nn2\\nn3\\n"',
+            ["n1", "n2", "n3"],
+        ),
+        ("echo 'scontrol: error: invalid node list' >&2; exit 1", None),
+        ("exit 0", None),
+        ("exec sleep 30", None),
+    ],
+)
+def test_scontrol_hostnames(tmp_path: Path, body: str, expected: list[str] | None) -> None:
+    scontrol = script(tmp_path, "scontrol", body)
+    assert scontrol_hostnames(str(scontrol), "n[1-3]", timeout=0.5) == expected
+
+
+def test_scontrol_hostnames_missing_tool(tmp_path: Path) -> None:
+    assert scontrol_hostnames(str(tmp_path / "scontrol"), "n1", timeout=5) is None

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from snakemake_executor_plugin_dask_slurm.dispatch import Finished, describe_exception
+from snakemake_executor_plugin_dask_slurm.reporting import (
+    describe_returncode,
+    failure_message,
+    job_label,
+)
+from snakemake_executor_plugin_dask_slurm.worker_task import TaskOutcome
+
+JOB = SimpleNamespace(name="align", jobid=7, attempt=2, is_group=lambda: False)
+GROUP = SimpleNamespace(name="grp", rules=["b", "a", "b"], is_group=lambda: True)
+
+
+def test_job_label() -> None:
+    assert job_label(JOB) == "rule align (jobid 7, attempt 2)"
+    assert job_label(GROUP) == "group job grp (a, b)"
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [
+        (1, "exited with code 1"),
+        (127, "exited with code 127 (command not found)"),
+        (126, "exited with code 126 (the command was found but could not be executed"),
+        (-9, "was killed by signal SIGKILL"),
+        (-15, "was killed by signal SIGTERM"),
+    ],
+)
+def test_describe_returncode(code: int, text: str) -> None:
+    assert describe_returncode(code).startswith(text)
+
+
+def test_failure_message_has_rule_code_host_tail_and_log() -> None:
+    outcome = TaskOutcome(3, "n2", 10.0, 12.5, "line a\nline b")
+    msg = failure_message(JOB, Finished("k", outcome, None), "direct", "/abs/x.log")
+    assert msg.startswith("rule align (jobid 7, attempt 2) exited with code 3 on n2 after 2.5 s")
+    assert "Last lines of its output:\nline a\nline b\n" in msg
+    assert msg.endswith("Full log: /abs/x.log\n")
+
+
+def test_failure_message_for_start_errors_and_lost_tasks() -> None:
+    outcome = TaskOutcome(-1, "n1", 0, 0, "", "FileNotFoundError: bash")
+    msg = failure_message(JOB, Finished("k", outcome, None), "direct", "/l")
+    assert "could not be started on n1: FileNotFoundError: bash" in msg
+    lost = failure_message(JOB, Finished("k", None, "the worker died"), "general", "/l")
+    assert lost.startswith("rule align (jobid 7, attempt 2) did not finish: the worker died.")
+
+
+def test_describe_exception() -> None:
+    class KilledWorker(Exception):
+        pass
+
+    assert describe_exception(KilledWorker("x")).startswith("the Dask worker running it was lost")
+    assert describe_exception(ValueError("bad")) == "its Dask task failed with ValueError: bad"

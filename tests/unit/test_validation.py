@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
+from snakemake_executor_plugin_dask_slurm.settings import ExecutorSettings
+from snakemake_executor_plugin_dask_slurm.validation import choose_cluster, resolve
+
+IN_JOB = {"SLURM_JOB_ID": "42"}
+
+
+@pytest.mark.parametrize(
+    ("requested", "env", "expected"),
+    [
+        ("auto", {}, "local"),
+        ("auto", IN_JOB, "srun"),
+        ("local", IN_JOB, "local"),
+        ("srun", IN_JOB, "srun"),
+        ("attach", {}, "attach"),
+    ],
+)
+def test_choose_cluster(requested: str, env: dict[str, str], expected: str) -> None:
+    assert choose_cluster(requested, env)[0] == expected
+
+
+def test_auto_says_why() -> None:
+    assert choose_cluster("auto", IN_JOB)[1] == "inside SLURM allocation 42"
+    assert "SLURM_JOB_ID is not set" in choose_cluster("auto", {})[1]
+
+
+def test_srun_outside_an_allocation_says_how_to_get_one() -> None:
+    with pytest.raises(DaskSlurmError, match="salloc") as e:
+        choose_cluster("srun", {})
+    assert "SLURM_JOB_ID is not set" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (ExecutorSettings(cluster="pbs"), "Valid values are: auto, local, srun, attach"),
+        (ExecutorSettings(file_locking="maybe"), "Valid values are: dask-default, on, off"),
+        (ExecutorSettings(workers=0), "--dask-slurm-workers must be at least 1, got 0"),
+        (ExecutorSettings(cpus=-2), "--dask-slurm-cpus must be at least 1"),
+        (ExecutorSettings(startup_timeout=0), "--dask-slurm-startup-timeout"),
+        (ExecutorSettings(cluster="attach"), "needs a scheduler to attach to"),
+        (
+            ExecutorSettings(cluster="attach", scheduler_address="tcp://a:1",
+                             scheduler_file=Path("f")),
+            "not both",
+        ),
+        (ExecutorSettings(scheduler_address="tcp://a:1"), "only applies to --dask-slurm-cl"),
+        (ExecutorSettings(srun_args="--x 'unclosed"), "Cannot split --dask-slurm-srun-args"),
+    ],
+)  # fmt: skip
+def test_invalid_settings_are_refused_with_the_valid_choices(
+    settings: ExecutorSettings, message: str
+) -> None:
+    with pytest.raises(DaskSlurmError, match=message.replace("(", r"\(")):
+        resolve(settings, {}, Path("/wd"))
+
+
+def test_resolve_defaults() -> None:
+    config = resolve(ExecutorSettings(), {}, Path("/wd"))
+    assert config.cluster == "local"
+    assert config.run_dir == Path("/wd/.snakemake/dask-slurm")
+    assert (config.direct_shell, config.nanny, config.dashboard) == (True, True, True)
+    assert config.srun_args == () and config.worker_args == ()
+    assert config.startup_timeout == 120.0
+
+
+def test_resolve_splits_extra_arguments_like_a_shell_without_running_one() -> None:
+    settings = ExecutorSettings(
+        srun_args="--mem=0 --comment 'a b'", worker_args="--memory-limit 4GB", run_dir=Path("rd")
+    )
+    config = resolve(settings, IN_JOB, Path("/wd"))
+    assert config.cluster == "srun"
+    assert config.srun_args == ("--mem=0", "--comment", "a b")
+    assert config.worker_args == ("--memory-limit", "4GB")
+    assert config.run_dir == Path("/wd/rd")
+
+
+def test_no_boolean_setting_defaults_to_true() -> None:
+    # A True default breaks Snakemake's command-line parsing (an unprefixed --no-x flag).
+    defaults = ExecutorSettings()
+    assert [k for k, v in vars(defaults).items() if v is True] == []

@@ -1,0 +1,111 @@
+"""The worker side, with real processes (no Dask needed to run a TaskSpec)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from snakemake_executor_plugin_dask_slurm import worker_task
+from snakemake_executor_plugin_dask_slurm.worker_task import (
+    TaskSpec,
+    kill_tasks,
+    read_tail,
+    run_task,
+    running_tasks,
+)
+
+
+def spec(tmp_path: Path, script: str, key: str = "k1", set_tmpdir: bool = False) -> TaskSpec:
+    return TaskSpec(
+        key=key,
+        argv=("/bin/bash", "-c", script),
+        cwd=str(tmp_path),
+        env=(("EXTRA", "value with space"),),
+        log_path=str(tmp_path / "logs" / f"{key}.log"),
+        set_tmpdir=set_tmpdir,
+    )
+
+
+def test_success_runs_in_cwd_with_env_and_logs_both_streams(tmp_path: Path) -> None:
+    outcome = run_task(spec(tmp_path, 'echo "$EXTRA"; pwd; echo err >&2', set_tmpdir=True))
+    assert outcome.returncode == 0 and outcome.tail == "" and outcome.start_error is None
+    assert outcome.finished >= outcome.started
+    log = (tmp_path / "logs/k1.log").read_text()
+    assert log == f"value with space\n{tmp_path}\nerr\n"
+
+
+def test_tmpdir_variables_point_at_the_workers_temporary_directory(tmp_path: Path) -> None:
+    import tempfile
+
+    run_task(spec(tmp_path, 'echo "$TMPDIR $TMP $TEMP $TEMPDIR"', set_tmpdir=True))
+    tmp = tempfile.gettempdir()
+    assert (tmp_path / "logs/k1.log").read_text() == f"{tmp} {tmp} {tmp} {tmp}\n"
+
+
+def test_failure_returns_code_and_last_lines(tmp_path: Path) -> None:
+    outcome = run_task(spec(tmp_path, "for i in $(seq 1 50); do echo l$i; done; exit 4"))
+    assert outcome.returncode == 4
+    assert outcome.tail.splitlines() == [f"l{i}" for i in range(31, 51)]
+
+
+def test_unstartable_command_is_reported_not_raised(tmp_path: Path) -> None:
+    bad = TaskSpec("k", ("/no/such/shell",), str(tmp_path), (), str(tmp_path / "l.log"), False)
+    outcome = run_task(bad)
+    assert outcome.returncode == -1
+    assert outcome.start_error is not None and "FileNotFoundError" in outcome.start_error
+
+
+def test_kill_tasks_stops_the_whole_process_group(tmp_path: Path) -> None:
+    # The job starts a grandchild that would outlive a plain kill of the shell.
+    marker = tmp_path / "grandchild.pid"
+    script = f"{sys.executable} -c 'import time; time.sleep(60)' & echo $! > {marker}; wait"
+    result: list[worker_task.TaskOutcome] = []
+    thread = threading.Thread(target=lambda: result.append(run_task(spec(tmp_path, script))))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not marker.exists() or "k1" not in running_tasks():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    grandchild = int(marker.read_text())
+    assert kill_tasks(["k1", "other"], grace=0.5) == ["k1"]
+    thread.join(10)
+    assert result and result[0].returncode == -15
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+    assert running_tasks() == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_dask_teardown_kills_running_jobs(tmp_path: Path) -> None:
+    result: list[worker_task.TaskOutcome] = []
+    thread = threading.Thread(
+        target=lambda: result.append(run_task(spec(tmp_path, "exec sleep 60", key="t")))
+    )
+    thread.start()
+    deadline = time.monotonic() + 10
+    while "t" not in running_tasks():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    worker_task.dask_teardown(worker=None)
+    thread.join(10)
+    assert result[0].returncode == -15
+
+
+def test_read_tail(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"a\nb\n\xff\nc\n")
+    assert read_tail(str(path), 2) == "\ufffd\nc"
+    assert read_tail(str(tmp_path / "missing")) == ""
+    assert os.path.exists(path)
