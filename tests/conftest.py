@@ -30,8 +30,7 @@ PLUGIN_MARKERS = (
     "snakemake_executor_plugin_dask_slurm.node_worker",
 )
 
-# The SLURM test cluster fixtures are registered once tests/slurm_cluster/fixtures.py exists.
-pytest_plugins: list[str] = []
+pytest_plugins = ["tests.slurm_cluster.fixtures"]
 
 
 def _cmdline(pid: str) -> str:
