@@ -52,6 +52,10 @@ class ClusterSource(ABC):
         """Lines for the user once the cluster is up."""
         return []
 
+    def problem(self) -> str | None:
+        """Why the cluster can no longer run jobs (a process of ours died), or None."""
+        return None
+
 
 def connect(address: str, timeout: float) -> Client:
     """A client for ``address``; the one place connection options (security) are set."""
@@ -186,6 +190,18 @@ class ProcessCluster(ClusterSource):
                     f"registered ({count} of {self.expected_workers}). Its log "
                     f"({proc.log_path}) ends with:\n{proc.tail()}\n{self.worker_hint()}"
                 )
+
+    def problem(self) -> str | None:
+        if self.client is None:
+            return None
+        for proc in (self.scheduler, *self.workers):
+            if proc.status is Status.exited:
+                return (
+                    f"the {proc.name} {proc.exit_description()} while the workflow was "
+                    f"running (was the allocation cancelled or a node lost?). Its log "
+                    f"({proc.log_path}) ends with:\n{proc.tail(10)}"
+                )
+        return None
 
     def worker_hint(self) -> str:
         """What to try when workers do not come up (overridden per source)."""

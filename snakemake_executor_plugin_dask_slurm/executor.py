@@ -90,6 +90,12 @@ class Executor(RemoteExecutor):
             self._install_sigterm_handler()
         key = self.job_key(job)
         job_info = SubmittedJobInfo(job, external_jobid=key)
+        if self._stop_reason:
+            self.report_job_submission(job_info, register_job=False)
+            self.report_job_error(
+                job_info, msg=f"{job_label(job)} was not started: {self._stop_reason}\n"
+            )
+            return
         request = job_request(job.threads, job.resources, self._capacity.advertised)
         if not self._capacity.fits(request):
             self.report_job_submission(job_info, register_job=False)
@@ -157,10 +163,20 @@ class Executor(RemoteExecutor):
         # each round costs O(finished jobs), not O(running jobs). Nothing is yielded.
         dispatcher = self._dispatcher
         if dispatcher is not None:
+            self._check_cluster()
             for finished in dispatcher.drain():
                 self._report(finished)
         for _ in ():
             yield _
+
+    def _check_cluster(self) -> None:
+        """Once per status round: if a process of the cluster died, fail what it ran."""
+        if self._stop_reason is None and self._source is not None:
+            problem = self._source.problem()
+            if problem:
+                self._stop_reason = f"the Dask cluster broke: {problem}"
+                self.logger.error(f"dask-slurm: {self._stop_reason}")
+                self._kill_running()
 
     def _report(self, finished: Finished) -> None:
         job_info = self._jobs.pop(finished.key, None)

@@ -2,8 +2,9 @@
 
 An srun step gives every node the same command line, so a per-node name has to be added
 on the node. Named workers make the scheduler's worker list and every log line say which
-node a job ran on. This replaces itself (``execv``) with ``dask worker`` so that srun's
-signals reach the worker directly.
+node a job ran on. This replaces itself (``execve``) with ``dask worker`` so that srun's
+signals reach the worker directly, and drops the step's own SLURM variables on the way
+(see :func:`.slurm_env.job_environment`).
 
 Usage (inside an srun step): ``python -m snakemake_executor_plugin_dask_slurm.node_worker
 <dask worker options without --name>``.
@@ -17,6 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from .commands import WORKER_MODULE
+from .slurm_env import job_environment
 
 
 def node_name(env: Mapping[str, str], hostname: str) -> str:
@@ -40,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = worker_exec_argv(sys.executable, name, args)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(command[0], command)
+    # The worker and the rules it runs see the allocation, not this srun step.
+    os.execve(command[0], command, job_environment(os.environ))
 
 
 if __name__ == "__main__":

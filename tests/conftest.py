@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,23 +49,25 @@ def _state(pid: str) -> str:
         return "X"
 
 
-def live_processes(markers: Sequence[str]) -> list[tuple[int, str]]:
-    """Live (non-zombie) processes whose command line contains any of ``markers``."""
+def live_processes(token: str, tmp_path: str) -> list[tuple[int, str]]:
+    """Live (non-zombie) processes of one test: carrying its token, or a plugin process
+    working under its tmp_path."""
     found = []
     me = os.getpid()
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == me:
             continue
         cmd = _cmdline(pid)
-        if cmd and any(m in cmd for m in markers) and _state(pid) not in ("Z", "X"):
+        ours = token in cmd or (tmp_path in cmd and any(m in cmd for m in PLUGIN_MARKERS))
+        if ours and _state(pid) not in ("Z", "X"):
             found.append((int(pid), cmd))
     return found
 
 
-def wait_until_gone(markers: Sequence[str], timeout: float = 15.0) -> list[tuple[int, str]]:
+def wait_until_gone(token: str, tmp_path: str, timeout: float = 15.0) -> list[tuple[int, str]]:
     deadline = time.monotonic() + timeout
     while True:
-        left = live_processes(markers)
+        left = live_processes(token, tmp_path)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
@@ -119,12 +121,15 @@ class Workflow:
 
 
 @pytest.fixture
-def no_leftovers() -> Iterator[str]:
-    """A unique token for the test; fails the test if plugin processes are left."""
+def no_leftovers(tmp_path: Path) -> Iterator[str]:
+    """A unique token for the test; fails the test if its processes are left running.
+
+    Its processes: the plugin's (scheduler, workers) started for a workflow under the
+    test's tmp_path, and every process whose command line carries the token (jobs).
+    """
     token = f"dasktok{uuid.uuid4().hex[:10]}"
-    before = {pid for pid, _ in live_processes(PLUGIN_MARKERS)}
     yield token
-    left = [p for p in wait_until_gone((*PLUGIN_MARKERS, token)) if p[0] not in before]
+    left = wait_until_gone(token, str(tmp_path))
     kill_all(left)
     assert not left, f"processes left running after the test: {left}"
 

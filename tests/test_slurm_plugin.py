@@ -1,0 +1,259 @@
+"""The plugin inside real SLURM allocations on the project's test cluster.
+
+Three nodes of 4, 4 and 8 CPUs, each its own network namespace and hostname. After every
+test: no process of ours alive (no_leftovers), no job or step in squeue (slurm_cluster),
+no scheduler file.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import VENV_BIN, WORKFLOWS, Run
+
+if TYPE_CHECKING:
+    from tests.slurm_cluster.fixtures import SlurmTestCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+SNAKEMAKE = str(VENV_BIN / "snakemake")
+FARM = """
+rule all:
+    input: expand("out/{i}.txt", i=range(48))
+
+rule task:
+    output: "out/{i}.txt"
+    shell: "sleep 0.5; echo $SLURMD_NODENAME $(hostname) > {output}"
+"""
+
+
+def farm(tmp_path: Path, snakefile: str = FARM) -> Path:
+    (tmp_path / "Snakefile").write_text(snakefile)
+    return tmp_path
+
+
+def in_allocation(
+    cluster: SlurmTestCluster, workdir: Path, token: str, *args: str, nodes: int = 3
+) -> Run:
+    argv = [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "100", *args]
+    proc = cluster.salloc(
+        [f"-N{nodes}", "--exclusive", f"--chdir={workdir}", "--time=5"],
+        argv,
+        timeout=240,
+        env_extra={"DASK_SLURM_TEST_TOKEN": token},
+    )
+    return Run(proc.returncode, proc.stdout + proc.stderr)
+
+
+def hosts_used(workdir: Path) -> Counter[str]:
+    used: Counter[str] = Counter()
+    for path in (workdir / "out").glob("*.txt"):
+        node, hostname = path.read_text().split()
+        assert node == hostname  # each node really is its own host
+        used[node] += 1
+    return used
+
+
+def assert_cleaned_up(workdir: Path) -> None:
+    assert not (workdir / ".snakemake/dask-slurm/logs/scheduler.json").exists()
+    assert (workdir / ".snakemake/dask-slurm/logs/scheduler.log").exists(), "logs are kept"
+
+
+def test_task_farm_in_salloc_uses_every_node(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(tmp_path)
+    run = in_allocation(slurm_cluster, workdir, no_leftovers)
+    assert run.returncode == 0, run
+    used = hosts_used(workdir)
+    assert sum(used.values()) == 48
+    assert set(used) == {"n1", "n2", "n3"}, used
+    out = run.output
+    assert "CPUs per node 4,4,8 (from SLURM_JOB_CPUS_PER_NODE=4(x2),8)" in out
+    assert "2 node(s) of 4 CPUs (n1,n2): 1 worker(s) x 4 thread(s)" in out
+    assert "1 node(s) of 8 CPUs (n3): 1 worker(s) x 8 thread(s)" in out
+    assert "scheduler on" in out and "tcp://10.77.0.1:" in out, "not on the nodes' route"
+    assert "ssh -N -L" in out
+    assert_cleaned_up(workdir)
+
+
+def test_explicit_worker_count_is_split_by_node_size(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(tmp_path)
+    run = in_allocation(slurm_cluster, workdir, no_leftovers, "--dask-slurm-workers", "4")
+    assert run.returncode == 0, run
+    assert "1 worker(s) x 4 thread(s)" in run.output
+    assert "(n3): 2 worker(s) x 4 thread(s)" in run.output
+    assert "all 4 workers registered" in run.output
+    assert set(hosts_used(workdir)) == {"n1", "n2", "n3"}
+
+
+def test_inside_an_sbatch_script(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(tmp_path)
+    script = (
+        "#!/bin/bash\n"
+        f"cd {workdir}\n"
+        "echo batch-host=$(hostname)\n"
+        f"export DASK_SLURM_TEST_TOKEN={no_leftovers}\n"
+        f"exec {SNAKEMAKE} --executor dask-slurm --jobs 100\n"
+    )
+    result = slurm_cluster.sbatch_and_wait(
+        script, ["-N3", "--exclusive", f"--output={workdir}/job.out", "--time=5"], timeout=240
+    )
+    output = (workdir / "job.out").read_text()
+    assert result.state == "COMPLETED", output
+    assert "batch-host=n1" in output
+    # On an allocated node the scheduler uses Dask's default address.
+    assert "Dask's default: this process runs on an allocated node" in output
+    assert set(hosts_used(workdir)) == {"n1", "n2", "n3"}
+    assert_cleaned_up(workdir)
+
+
+def test_a_rule_can_start_its_own_srun_step(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(
+        tmp_path,
+        'rule all:\n    output: "mpi.txt"\n'
+        '    shell: "srun --nodes=3 --ntasks-per-node=1 hostname | sort > {output}"\n',
+    )
+    started = time.monotonic()
+    run = in_allocation(slurm_cluster, workdir, no_leftovers)
+    assert run.returncode == 0, run
+    assert (workdir / "mpi.txt").read_text() == "n1\nn2\nn3\n"
+    assert time.monotonic() - started < 120
+
+
+def run_failing(
+    cluster: SlurmTestCluster, tmp_path: Path, token: str, *args: str
+) -> tuple[Run, float]:
+    workdir = farm(tmp_path)
+    started = time.monotonic()
+    run = in_allocation(cluster, workdir, token, "--dask-slurm-startup-timeout", "20", *args)
+    elapsed = time.monotonic() - started
+    assert run.returncode != 0, run
+    assert not list((workdir / "out").glob("*.txt")) if (workdir / "out").exists() else True
+    assert_cleaned_up(workdir)
+    return run, elapsed
+
+
+def test_dask_missing_on_the_nodes(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    # The nodes get an environment whose Python cannot start: as if the plugin's
+    # environment did not exist there.
+    run, elapsed = run_failing(
+        slurm_cluster, tmp_path, no_leftovers,
+        # "=" form: argparse takes a separate value starting with "--" for an option.
+        "--dask-slurm-srun-args=--export=ALL,PYTHONHOME=/nonexistent",
+    )  # fmt: skip
+    assert "srun step for" in run.output and "before all workers registered" in run.output, run
+    assert "PYTHONHOME" in run.output or "encodings" in run.output, "step log not quoted"
+    assert "must work there" in run.output
+    assert elapsed < 60
+
+
+def test_step_refused_by_slurm(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    run, elapsed = run_failing(
+        slurm_cluster, tmp_path, no_leftovers, "--dask-slurm-srun-args=--gres=gpu:1"
+    )
+    assert "srun step for" in run.output and "exited with code" in run.output, run
+    assert "srun: error" in run.output, "srun's own message not quoted"
+    assert elapsed < 60
+
+
+def test_workers_that_never_register(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    # Bound to loopback, the scheduler is unreachable from the nodes' namespaces.
+    run, elapsed = run_failing(
+        slurm_cluster, tmp_path, no_leftovers,
+        "--dask-slurm-scheduler-host", "127.0.0.1", "--dask-slurm-startup-timeout", "8",
+    )  # fmt: skip
+    assert "Only 0 of 3 Dask workers registered within 8 s" in run.output, run
+    assert "--dask-slurm-interface" in run.output
+    assert elapsed < 60
+
+
+def test_scheduler_that_dies(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    # An address this host does not have: the scheduler cannot bind and exits.
+    run, elapsed = run_failing(
+        slurm_cluster, tmp_path, no_leftovers, "--dask-slurm-scheduler-host", "10.77.0.99"
+    )
+    assert "The Dask scheduler exited with code" in run.output, run
+    assert "scheduler.log" in run.output
+    assert elapsed < 60
+
+
+def test_failing_rule_in_an_allocation_names_the_node(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    shutil.copytree(WORKFLOWS / "fail", tmp_path / "fail")
+    run = in_allocation(slurm_cluster, tmp_path / "fail", no_leftovers)
+    assert run.returncode == 1
+    assert "rule bad (jobid" in run.output and "exited with code 3 on n" in run.output, run
+
+
+def test_squeue_shows_one_step_per_node_size_while_running(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(
+        tmp_path,
+        'rule all:\n    output: "steps.txt"\n'
+        '    shell: "squeue -s -h -j $SLURM_JOB_ID -o %j > {output}"\n',
+    )
+    run = in_allocation(slurm_cluster, workdir, no_leftovers)
+    assert run.returncode == 0, run
+    steps = Counter((workdir / "steps.txt").read_text().split())
+    assert steps["dask-workers"] == 2, steps  # sizes 4 and 8: two steps, none per rule
+
+
+def test_scancel_of_the_allocation_leaves_nothing(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(
+        tmp_path,
+        'rule all:\n    input: expand("o{i}", i=range(6))\n'
+        'rule s:\n    output: "o{i}"\n'
+        f'    shell: "touch started{{wildcards.i}}; sleep 120 # {no_leftovers}"\n',
+    )
+    name = f"scancel-{no_leftovers}"
+    proc = subprocess.Popen(
+        ["salloc", f"--job-name={name}", "-N3", "--exclusive", f"--chdir={workdir}",
+         SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
+        env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not list(workdir.glob("started*")):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        cancelled = time.monotonic()
+        slurm_cluster.run(["scancel", f"--name={name}"])
+        output, _ = proc.communicate(timeout=60)
+        took = time.monotonic() - cancelled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # salloc does not end its command when the allocation goes: the plugin notices its
+    # srun steps died, fails the running jobs and stops.
+    assert proc.returncode != 0
+    assert "the Dask cluster broke: the srun step for" in output, output
+    assert took < 30, f"{took:.1f} s"
