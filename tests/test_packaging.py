@@ -59,3 +59,14 @@ def test_code_is_clean(tool: list[str]) -> None:
     exe = Path(PYTHON).parent / tool[0]
     out = subprocess.run([str(exe), *tool[1:]], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_readme_settings_table_matches_the_code() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import settings_table
+    finally:
+        sys.path.pop(0)
+    assert settings_table.block() in (ROOT / "README.md").read_text(), (
+        "README settings table is stale: run 'python scripts/settings_table.py --write'"
+    )
