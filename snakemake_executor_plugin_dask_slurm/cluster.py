@@ -70,6 +70,13 @@ def connect(address: str, timeout: float) -> Client:
         ) from e
 
 
+def dashboard_link(client: Client) -> str | None:
+    """The dashboard's address, or None when the scheduler runs none."""
+    if "dashboard" not in client.scheduler_info(n_workers=0).get("services", {}):
+        return None
+    return client.dashboard_link
+
+
 def worker_count(client: Client) -> int:
     return len(client.scheduler_info(n_workers=-1)["workers"])
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .cluster import ProcessCluster, owner_environment
+from .cluster import ProcessCluster, dashboard_link, owner_environment
 from .commands import SchedulerOptions, WorkerOptions, scheduler_command, worker_command
 from .processes import ManagedProcess
 from .security import scheduler_security_args, worker_security_args
@@ -109,9 +109,11 @@ class LocalCluster(ProcessCluster):
             + ")"
         )
         self.log_dir = log_dir
+        self.show_dashboard = config.dashboard
 
     def summary(self) -> list[str]:
         lines = [f"Dask: {self.description}; logs in {self.log_dir}"]
-        if self.client is not None and self.client.dashboard_link:
-            lines.append(f"Dask dashboard: {self.client.dashboard_link}")
+        link = dashboard_link(self.client) if self.client and self.show_dashboard else None
+        if link:
+            lines.append(f"Dask dashboard: {link}")
         return lines

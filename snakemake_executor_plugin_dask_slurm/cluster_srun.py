@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from .cluster import ProcessCluster, owner_environment
+from .cluster import ProcessCluster, dashboard_link, owner_environment
 from .cluster_local import file_locking_env, scheduler_options, worker_options
 from .commands import (
     NODE_WORKER_MODULE,
@@ -99,6 +99,7 @@ class SrunCluster(ProcessCluster):
         )
         self.alloc, self.layout, self.host, self.log_dir = alloc, layout, host, log_dir
         self.python, self.payloads = python, payloads
+        self.show_dashboard = config.dashboard
         self.description = (
             f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
             f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)"
@@ -158,8 +159,9 @@ class SrunCluster(ProcessCluster):
             f"all {self.expected_workers} workers registered in {self.bringup_seconds or 0:.1f} s"
             f"; logs in {self.log_dir}",
         ]
-        if self.client is not None and self.client.dashboard_link:
-            lines.append(dashboard_hint(self.client.dashboard_link))
+        link = dashboard_link(self.client) if self.client and self.show_dashboard else None
+        if link:
+            lines.append(dashboard_hint(link))
         return lines
 
 

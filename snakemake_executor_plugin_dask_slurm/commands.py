@@ -82,11 +82,9 @@ def scheduler_command(python: str, opts: SchedulerOptions) -> list[str]:
             f"The scheduler can bind to a host ({opts.host}) or an interface "
             f"({opts.interface}), not both: set only one of them."
         )
-    dashboard = (
-        ["--dashboard-address", opts.dashboard_address]
-        if opts.dashboard_address is not None
-        else ["--no-dashboard"]
-    )
+    # distributed 2026.8's scheduler CLI accepts --no-dashboard but ignores it, and would
+    # serve the dashboard on :8787 of every interface: keep it on loopback, random port.
+    dashboard = ["--dashboard-address", opts.dashboard_address or "127.0.0.1:0"]
     return [
         python,
         "-m",

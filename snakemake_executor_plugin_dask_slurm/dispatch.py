@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the workers to confirm a kill request.
-KILL_TIMEOUT = 10.0
+KILL_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +112,12 @@ class Dispatcher:
         """
         if not keys:
             return
+        client: Any = self.client
         try:
-            killed: Any = self.client.run(kill_tasks, keys, on_error="ignore")
+            # Client.run has no timeout, and a lost node's worker may never answer.
+            killed = client.sync(
+                client._run, kill_tasks, keys, on_error="ignore", callback_timeout=KILL_TIMEOUT
+            )
             logger.debug("killed on workers: %s", killed)
         except Exception as e:  # workers may already be gone; teardown follows
             logger.debug("kill request failed: %s", e)

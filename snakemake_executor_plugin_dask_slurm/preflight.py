@@ -8,9 +8,11 @@ message naming the interpreter, what is missing and how to install it.
 
 from __future__ import annotations
 
+import importlib
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -40,10 +42,33 @@ def _install_hint(python: str, module: str) -> str:
     )
 
 
+def _options_in_process(module: str) -> str | None:
+    """The options of ``module``'s click command, when it can be read in this process.
+
+    For this very interpreter, importing the command and reading its declared options
+    answers the same question as running ``--help`` in a subprocess, in milliseconds
+    instead of the second it takes to import distributed again.
+    """
+    target = WORKER_MODULE if module == NODE_WORKER_MODULE else module
+    try:
+        importlib.import_module(module)
+        command = importlib.import_module(target).main
+        params = command.params
+    except Exception:  # let the subprocess say what is wrong
+        return None
+    opts = (opt for p in params for opt in (*p.opts, *p.secondary_opts))
+    return " ".join(opt for opt in opts if opt.startswith("--"))
+
+
 def _help_text(python: str, module: str, timeout: float) -> str:
     """What ``python -m module --help`` printed; PreflightError if it could not run."""
     if (python, module) in _help_cache:
         return _help_cache[python, module]
+    if python == sys.executable:
+        options = _options_in_process(module)
+        if options is not None:
+            _help_cache[python, module] = options
+            return options
     command = [python, "-m", module, "--help"]
     try:
         done = subprocess.run(

@@ -151,5 +151,8 @@ class ExecutorSettings(ExecutorSettingsBase):
     )
     no_dashboard: bool = field(
         default=False,
-        metadata={"help": "Do not start the Dask dashboard."},
+        metadata={
+            "help": "Keep the Dask dashboard private: bound to loopback on a free port "
+            "(Dask's scheduler always serves one) and no link printed."
+        },
     )

@@ -127,8 +127,8 @@ def test_command_not_found_is_named(workflow: Workflow) -> None:
     assert "exited with code 127 (command not found)" in run.output, run
 
 
-@pytest.mark.workflow("sleepers")
-def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> None:
+def interrupt_sleepers(workflow: Workflow, sig: signal.Signals) -> tuple[int, str, float]:
+    """Start two long jobs, send ``sig`` to Snakemake once both run; (code, output, s)."""
     argv = [
         str(VENV_BIN / "snakemake"),
         "--executor",
@@ -157,21 +157,80 @@ def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> N
             assert time.monotonic() < deadline, "jobs never started"
             time.sleep(0.1)
         interrupted = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         output, _ = proc.communicate(timeout=60)
-        stop_seconds = time.monotonic() - interrupted
+        return proc.returncode, output, time.monotonic() - interrupted
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode != 0, output
-    assert stop_seconds < 30, f"took {stop_seconds:.1f} s to stop"
-    assert not list((workflow.path / "out").glob("slept*.txt"))
-    # (the no_leftovers fixture checks that no job or Dask process is left)
+            proc.wait()
+
+
+def rerun_completes(workflow: Workflow) -> None:
     rerun = workflow.snakemake(
         "--jobs", "3", "--config", f"token={workflow.token}", "seconds=0", "count=2"
     )  # fmt: skip
     assert rerun.returncode == 0, rerun
     assert [workflow.read(f"out/slept{i}.txt") for i in range(2)] == ["slept\n"] * 2
+
+
+@pytest.mark.workflow("sleepers")
+def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> None:
+    code, output, took = interrupt_sleepers(workflow, signal.SIGINT)
+    assert code != 0, output
+    assert took < 30, f"took {took:.1f} s to stop"
+    assert not list((workflow.path / "out").glob("slept*.txt"))
+    # (the no_leftovers fixture checks that no job or Dask process is left)
+    rerun_completes(workflow)
+
+
+@pytest.mark.workflow("sleepers")
+def test_sigterm_stops_running_jobs_within_seconds(workflow: Workflow) -> None:
+    # SLURM's time limit: SIGTERM, then SIGKILL KillWait (30 s) later. Snakemake alone
+    # would wait for the 60 s jobs.
+    code, output, took = interrupt_sleepers(workflow, signal.SIGTERM)
+    assert code != 0, output
+    assert took < 20, f"took {took:.1f} s to stop"
+    assert "SIGTERM received: stopping running jobs" in output
+    assert "rule sleeper" in output
+    rerun_completes(workflow)
+
+
+def test_settings_from_a_profile_and_the_environment(tmp_path: Path, no_leftovers: str) -> None:
+    (tmp_path / "Snakefile").write_text(
+        'rule a:\n    output: "a.txt"\n    shell: "echo $OMP_NUM_THREADS > {output}"\n'
+    )
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text(
+        "executor: dask-slurm\njobs: 4\ndask-slurm-no-dashboard: true\n"
+    )
+    env = {**os.environ, "SNAKEMAKE_DASK_SLURM_CPUS": "1"}
+    env.pop("SLURM_JOB_ID", None)
+    proc = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--profile", str(profile)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert (
+        "1 worker process(es) x 1 thread(s) on this machine (1 CPUs from --dask-slurm-cpus" in out
+    )
+    assert "Dask dashboard" not in out
+    assert (tmp_path / "a.txt").read_text() == "1\n"
+
+
+def test_environment_variable_values_are_validated(tmp_path: Path, no_leftovers: str) -> None:
+    (tmp_path / "Snakefile").write_text('rule a:\n    output: "a"\n    shell: "touch {output}"\n')
+    env = {**os.environ, "SNAKEMAKE_DASK_SLURM_CLUSTER": "pbs"}
+    proc = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "invalid choice: 'pbs' (choose from 'auto', 'local', 'srun', 'attach')" in (
+        proc.stdout + proc.stderr
+    )
 
 
 @pytest.mark.workflow("retries")

@@ -31,7 +31,7 @@ SCHED = [PY, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s
         (SchedulerOptions("/run/s.json"), ["--port", "0", "--dashboard-address", ":0"]),
         (
             SchedulerOptions("/run/s.json", host="10.77.0.1", port=8786, dashboard_address=None),
-            ["--host", "10.77.0.1", "--port", "8786", "--no-dashboard"],
+            ["--host", "10.77.0.1", "--port", "8786", "--dashboard-address", "127.0.0.1:0"],
         ),
         (
             SchedulerOptions("/run/s.json", interface="ib0", extra_args=("--preload", "m")),

@@ -194,3 +194,25 @@ def test_scontrol_hostnames(tmp_path: Path, body: str, expected: list[str] | Non
 
 def test_scontrol_hostnames_missing_tool(tmp_path: Path) -> None:
     assert scontrol_hostnames(str(tmp_path / "scontrol"), "n1", timeout=5) is None
+
+
+@pytest.mark.parametrize(
+    "module", ["distributed.cli.dask_scheduler", "distributed.cli.dask_worker"]
+)
+def test_in_process_options_match_the_real_help(module: str) -> None:
+    import re
+    import subprocess
+    import sys
+
+    from snakemake_executor_plugin_dask_slurm.preflight import _options_in_process
+
+    inproc = _options_in_process(module)
+    assert inproc is not None
+    real = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    declared = set(inproc.split())
+    shown = set(re.findall(r"--[A-Za-z0-9][A-Za-z0-9-]*", real)) - {"--help"}
+    assert declared <= shown
+    # --help wraps long lines, so it also shows fragments like "--worker-".
+    assert all(any(d.startswith(s) for d in declared) for s in shown - declared)
