@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import uuid
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -211,4 +212,8 @@ class Executor(RemoteExecutor):
         if self._jobs:
             self._kill_running()
         if self._source is not None:
+            started = time.monotonic()
             self._source.close()
+            self.logger.info(
+                f"dask-slurm: Dask cluster closed in {time.monotonic() - started:.1f} s"
+            )

@@ -118,7 +118,7 @@ class ManagedProcess:
             self._closed = True
             return
         pgid = self.proc.pid  # a session leader's pid is its group id
-        self._signal(signal.SIGTERM)
+        self.terminate()
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -130,6 +130,11 @@ class ManagedProcess:
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
         self._closed = True
+
+    def terminate(self) -> None:
+        """Ask the process group to stop (SIGTERM), without waiting."""
+        if self.proc is not None and not self._closed:
+            self._signal(signal.SIGTERM)
 
     def _signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
