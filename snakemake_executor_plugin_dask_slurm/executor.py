@@ -33,6 +33,8 @@ from .validation import RunConfig, resolve
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
+#: Seconds between checks that the cluster's processes are still alive.
+HEALTH_CHECK_INTERVAL = 0.5
 
 
 class Executor(RemoteExecutor):
@@ -46,6 +48,7 @@ class Executor(RemoteExecutor):
         self._closed = False
         self._sigterm_installed = False
         self._stop_reason: str | None = None
+        self._next_health_check = 0.0
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
@@ -171,7 +174,11 @@ class Executor(RemoteExecutor):
             yield _
 
     def _check_cluster(self) -> None:
-        """Once per status round: if a process of the cluster died, fail what it ran."""
+        """At most twice a second: if a process of the cluster died, fail what it ran."""
+        now = time.monotonic()
+        if now < self._next_health_check:
+            return
+        self._next_health_check = now + HEALTH_CHECK_INTERVAL
         if self._stop_reason is None and self._source is not None:
             problem = self._source.problem()
             if problem:

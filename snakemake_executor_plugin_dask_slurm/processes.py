@@ -47,6 +47,31 @@ def log_tail(path: Path, lines: int = 20) -> str:
     return "\n".join(_ANSI.sub("", text).splitlines()[-lines:])
 
 
+def session_members(sid: int) -> list[int]:
+    """PIDs of the live processes in session ``sid`` (read from /proc; Linux)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # fields[0] is the state, fields[3] the session id
+        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
+            members.append(int(entry))
+    return members
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL what is left of a session we created: e.g. the jobs of a worker that was
+    itself killed outright, which live on in their own process groups."""
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -126,6 +151,7 @@ class ManagedProcess:
         self._signal(signal.SIGKILL)  # whatever is left of the group
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5.0)
+        kill_session(pgid)  # a session leader's pid is also its session id
         deadline = time.monotonic() + 2.0
         while _group_alive(pgid) and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -122,6 +122,6 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         srun_args=_split("--dask-slurm-srun-args", settings.srun_args),
         worker_args=_split("--dask-slurm-worker-args", settings.worker_args),
         direct_shell=not settings.no_direct_shell,
-        nanny=not settings.no_nanny,
+        nanny=settings.nanny,
         dashboard=not settings.no_dashboard,
     )

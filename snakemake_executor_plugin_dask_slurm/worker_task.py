@@ -92,7 +92,10 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                # Its own process group, for kill_tasks; but the worker's session, so
+                # that if the worker itself is killed outright, whoever started it can
+                # still find and end the job by session id.
+                process_group=0,
             )
     except OSError as e:
         return TaskOutcome(-1, host, started, time.time(), "", f"{type(e).__name__}: {e}")

@@ -6,11 +6,12 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import VENV_BIN, Workflow
+from tests.conftest import VENV_BIN, Workflow, live_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -127,8 +128,13 @@ def test_command_not_found_is_named(workflow: Workflow) -> None:
     assert "exited with code 127 (command not found)" in run.output, run
 
 
-def interrupt_sleepers(workflow: Workflow, sig: signal.Signals) -> tuple[int, str, float]:
-    """Start two long jobs, send ``sig`` to Snakemake once both run; (code, output, s)."""
+def interrupt_sleepers(
+    workflow: Workflow, sig: signal.Signals, target: Callable[[int], int] = lambda pid: pid
+) -> tuple[int, str, float]:
+    """Start two long jobs; once both run, send ``sig`` to ``target(snakemake's pid)``.
+
+    Returns Snakemake's exit code, its output, and the seconds it took to exit after that.
+    """
     argv = [
         str(VENV_BIN / "snakemake"),
         "--executor",
@@ -157,7 +163,7 @@ def interrupt_sleepers(workflow: Workflow, sig: signal.Signals) -> tuple[int, st
             assert time.monotonic() < deadline, "jobs never started"
             time.sleep(0.1)
         interrupted = time.monotonic()
-        proc.send_signal(sig)
+        os.kill(target(proc.pid), sig)
         output, _ = proc.communicate(timeout=60)
         return proc.returncode, output, time.monotonic() - interrupted
     finally:
@@ -194,6 +200,26 @@ def test_sigterm_stops_running_jobs_within_seconds(workflow: Workflow) -> None:
     assert "SIGTERM received: stopping running jobs" in output
     assert "rule sleeper" in output
     rerun_completes(workflow)
+
+
+def local_worker_of(workflow: Workflow) -> Callable[[int], int]:
+    def find(_: int) -> int:
+        found = [pid for pid, cmd in live_processes("no-token", str(workflow.path))
+                 if "distributed.cli.dask_worker" in cmd]  # fmt: skip
+        assert len(found) == 1, found
+        return found[0]
+
+    return find
+
+
+@pytest.mark.workflow("sleepers")
+def test_a_worker_killed_outright_stops_the_run_and_its_jobs(workflow: Workflow) -> None:
+    # As when the OOM killer takes the worker: its jobs would live on as orphans.
+    code, output, took = interrupt_sleepers(workflow, signal.SIGKILL, local_worker_of(workflow))
+    assert code != 0, output
+    assert "the Dask cluster broke: the local Dask worker was killed by signal SIGKILL" in output
+    assert took < 30, f"took {took:.1f} s"
+    # (no_leftovers: the orphaned sleep jobs were ended too)
 
 
 def test_settings_from_a_profile_and_the_environment(tmp_path: Path, no_leftovers: str) -> None:

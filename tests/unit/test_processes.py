@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ from snakemake_executor_plugin_dask_slurm.processes import (
     Status,
     log_tail,
     read_scheduler_file,
+    session_members,
     wait_for_scheduler_file,
 )
 
@@ -119,3 +122,31 @@ def test_wait_for_scheduler_file_returns_the_address(tmp_path: Path) -> None:
 
 def test_log_tail_unreadable(tmp_path: Path) -> None:
     assert log_tail(tmp_path / "none") == ""
+
+
+def test_close_ends_the_session_even_after_its_leader_was_killed(tmp_path: Path) -> None:
+    # Like a worker killed by the OOM killer: its job lives on in its own process group
+    # (so killing the worker's group misses it) but in the worker's session.
+    marker = tmp_path / "job.pid"
+    code = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], "
+        "process_group=0); "
+        f"open({str(marker)!r}, 'w').write(str(p.pid)); time.sleep(60)"
+    )
+    proc = python(tmp_path, code)
+    proc.start()
+    deadline = time.monotonic() + 10
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    job = int(marker.read_text())
+    assert proc.proc is not None
+    os.kill(proc.proc.pid, signal.SIGKILL)
+    proc.proc.wait(5)
+    assert job in session_members(proc.proc.pid)
+    proc.close(timeout=1)
+    deadline = time.monotonic() + 5
+    while job in session_members(proc.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job not in session_members(proc.proc.pid)

@@ -65,7 +65,7 @@ def test_resolve_defaults() -> None:
     config = resolve(ExecutorSettings(), {}, Path("/wd"))
     assert config.cluster == "local"
     assert config.run_dir == Path("/wd/.snakemake/dask-slurm")
-    assert (config.direct_shell, config.nanny, config.dashboard) == (True, True, True)
+    assert (config.direct_shell, config.nanny, config.dashboard) == (True, False, True)
     assert config.srun_args == () and config.worker_args == ()
     assert config.startup_timeout == 120.0
 
