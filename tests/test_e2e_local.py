@@ -307,3 +307,24 @@ def test_srun_outside_an_allocation_fails_fast(tmp_path: Path, no_leftovers: str
     assert "needs a SLURM allocation" in proc.stdout + proc.stderr
     assert "salloc" in proc.stdout + proc.stderr
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.workflow("packing")
+def test_jobs_pack_by_cpus_and_never_oversubscribe(workflow: Workflow) -> None:
+    run = workflow.snakemake("--jobs", "10", "--dask-slurm-cpus", "2")
+    assert run.returncode == 0, run
+    spans = []
+    for path in (workflow.path / "out").glob("*.txt"):
+        threads, start, end = path.read_text().split()
+        spans.append((int(threads), float(start), float(end)))
+    assert len(spans) == 6
+    events = sorted([(s, t) for t, s, _ in spans] + [(e, -t) for t, _, e in spans])
+    busy, peak = 0, 0
+    for _, delta in events:
+        busy += delta
+        peak = max(peak, busy)
+    assert peak == 2, "never more CPUs busy than the worker has, and packed up to it"
+    singles = [(s, e) for t, s, e in spans if t == 1]
+    assert any(a[0] < b[1] and b[0] < a[1] for a in singles for b in singles if a != b), (
+        "single-threaded jobs should run side by side"
+    )
