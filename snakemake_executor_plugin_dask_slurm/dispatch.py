@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .worker_task import TaskOutcome, TaskSpec, kill_tasks, run_task
+from .worker_task import JobFailed, TaskOutcome, TaskSpec, kill_tasks, run_task
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -28,11 +28,13 @@ KILL_TIMEOUT = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """A task that is no longer running: its outcome, or why there is none."""
+    """A task that is no longer running: success, or the failed job's outcome, or why
+    there is no outcome (worker lost, cancelled, ...)."""
 
     key: str
-    outcome: TaskOutcome | None
-    problem: str | None  # set when outcome is None: worker lost, cancelled, ...
+    ok: bool
+    outcome: TaskOutcome | None = None
+    problem: str | None = None
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -76,7 +78,7 @@ class Dispatcher:
             return list(self._futures)
 
     def drain(self) -> list[Finished]:
-        """Every task finished since the last call, with its outcome."""
+        """Every task finished since the last call. Costs no round trip to a worker."""
         keys = []
         while self._finished:
             keys.append(self._finished.popleft())
@@ -84,25 +86,20 @@ class Dispatcher:
             return []
         with self._lock:
             futures = [f for f in map(self._futures.pop, keys, [None] * len(keys)) if f]
-        ok = [f for f in futures if f.status == "finished"]
-        results: list[Finished] = []
-        if ok:
-            outcomes = self.client.gather(ok, errors="skip")
-            if len(outcomes) == len(ok):
-                results += [
-                    Finished(str(f.key), o, None) for f, o in zip(ok, outcomes, strict=True)
-                ]
-            else:  # a result vanished (worker lost after finishing): fetch one by one
-                results += [self._one(f) for f in ok]
-        results += [self._one(f) for f in futures if f.status != "finished"]
-        return results
+        return [self._finished_task(f) for f in futures]
 
-    def _one(self, future: Future) -> Finished:
-        try:
-            outcome = future.result(timeout=KILL_TIMEOUT)
-        except BaseException as e:
-            return Finished(str(future.key), None, describe_exception(e))
-        return Finished(str(future.key), outcome, None)
+    @staticmethod
+    def _finished_task(future: Future) -> Finished:
+        key = str(future.key)
+        if future.status == "finished":
+            return Finished(key, True)
+        try:  # the error came to the client with the task's state: no fetch
+            error = future.exception(timeout=KILL_TIMEOUT)
+        except BaseException as e:  # cancelled, or the client lost the scheduler
+            error = e
+        if isinstance(error, JobFailed):
+            return Finished(key, False, outcome=error.outcome)
+        return Finished(key, False, problem=describe_exception(error or RuntimeError(key)))
 
     def kill(self, keys: list[str]) -> None:
         """Stop the given jobs: kill their processes on every worker, cancel the rest.

@@ -74,6 +74,7 @@ class Executor(RemoteExecutor):
         self._capacity = Capacity.from_workers(
             w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()
         )
+        self._advertised = self._capacity.advertised
         self._dispatcher = Dispatcher(client, self._wake)
         for line in self._source.summary():
             self.logger.info(f"dask-slurm: {line}")
@@ -100,7 +101,7 @@ class Executor(RemoteExecutor):
                 job_info, msg=f"{job_label(job)} was not started: {self._stop_reason}\n"
             )
             return
-        request = job_request(job.threads, job.resources, self._capacity.advertised)
+        request = job_request(job.threads, job.resources, self._advertised)
         if not self._capacity.fits(request):
             self.report_job_submission(job_info, register_job=False)
             self.report_job_error(
@@ -190,13 +191,12 @@ class Executor(RemoteExecutor):
         job_info = self._jobs.pop(finished.key, None)
         if job_info is None:  # killed and forgotten during cancellation
             return
-        outcome = finished.outcome
-        if outcome is not None and outcome.returncode == 0:
+        if finished.ok:
             self.report_job_success(job_info)
             return
         aux = job_info.aux or {}
-        if self._stop_reason and outcome is None:
-            finished = Finished(finished.key, None, f"stopped because {self._stop_reason}")
+        if self._stop_reason and finished.outcome is None:
+            finished = Finished(finished.key, False, problem=f"stopped because {self._stop_reason}")
         msg = failure_message(job_info.job, finished, aux.get("way", "?"), aux.get("log", "?"))
         self.report_job_error(job_info, msg=msg, aux_logs=[aux.get("log")])
 

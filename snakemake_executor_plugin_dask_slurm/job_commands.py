@@ -72,12 +72,24 @@ def thread_environment(threads: int) -> tuple[tuple[str, str], ...]:
     return tuple((name, value) for name in THREAD_VARIABLES)
 
 
-def shell_argv(command: str) -> tuple[str, ...]:
-    """The argument list Snakemake's ``shell()`` would run ``command`` with."""
+def shell_wrapper() -> tuple[str, str, str]:
+    """(shell, prefix, suffix) that Snakemake's ``shell()`` uses, as the Snakefile set them.
+
+    Read once per run, after the Snakefile was parsed (``shell.executable()``,
+    ``shell.prefix()`` and ``shell.suffix()`` are set there).
+    """
     executable = snakemake_shell.get_executable() or "/bin/sh"
-    prefix = snakemake_shell._get_process_prefix(executable)
-    full = " ".join((prefix, command, snakemake_shell._process_suffix)).strip()
-    return (executable, "-c", full)
+    return (
+        executable,
+        snakemake_shell._get_process_prefix(executable),
+        snakemake_shell._process_suffix,
+    )
+
+
+def shell_argv(command: str, wrapper: tuple[str, str, str]) -> tuple[str, ...]:
+    """The argument list Snakemake's ``shell()`` would run ``command`` with."""
+    executable, prefix, suffix = wrapper
+    return (executable, "-c", " ".join((prefix, command, suffix)).strip())
 
 
 @dataclass
@@ -95,6 +107,8 @@ class JobCommandBuilder:
     def __post_init__(self) -> None:
         self._rule_blockers: dict[str, tuple[str, ...]] = {}
         self._base_env = tuple(self.base_env.items())
+        self._shell = shell_wrapper()
+        self._thread_env: dict[int, tuple[tuple[str, str], ...]] = {}
 
     def log_path(self, job: Any) -> str:
         stem = job.logfile_suggestion(self.log_root)[: -len(".log")]
@@ -118,10 +132,13 @@ class JobCommandBuilder:
             command = job.shellcmd
             if not blockers(job_facts(job, command)):
                 self.prepare(job)
-                env = self._base_env + thread_environment(job.threads)
-                spec = TaskSpec(
-                    key, shell_argv(command), self.workdir, env, self.log_path(job), True
-                )
+                env = self._thread_env.get(job.threads)
+                if env is None:
+                    env = self._thread_env[job.threads] = self._base_env + thread_environment(
+                        job.threads
+                    )
+                argv = shell_argv(command, self._shell)
+                spec = TaskSpec(key, argv, self.workdir, env, self.log_path(job), True)
                 return spec, "direct"
         argv = (GENERAL_SHELL, "-c", self.format_job_exec(job))
         spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), False)

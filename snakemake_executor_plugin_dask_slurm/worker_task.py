@@ -56,6 +56,22 @@ class TaskOutcome:
     start_error: str | None = None  # the command could not be started at all
 
 
+class JobFailed(Exception):
+    """Raised on the worker when a job did not succeed.
+
+    The outcome then travels with the task's error, which Dask sends to the client with
+    the task's state anyway; a successful job's result is never fetched at all. So the
+    thousands of jobs that succeed cost no extra round trip to the worker.
+    """
+
+    def __init__(self, outcome: TaskOutcome):
+        super().__init__(outcome)
+        self.outcome = outcome
+
+    def __str__(self) -> str:
+        return f"job exited with code {self.outcome.returncode} on {self.outcome.host}"
+
+
 def _environment(spec: TaskSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
@@ -79,7 +95,10 @@ def read_tail(path: str, lines: int = TAIL_LINES) -> str:
 
 
 def run_task(spec: TaskSpec) -> TaskOutcome:
-    """Run one job's command to completion (called by Dask on a worker thread)."""
+    """Run one job's command to completion (called by Dask on a worker thread).
+
+    Raises :class:`JobFailed` if it did not succeed.
+    """
     started = time.time()
     host = socket.gethostname()
     try:
@@ -98,7 +117,8 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
                 process_group=0,
             )
     except OSError as e:
-        return TaskOutcome(-1, host, started, time.time(), "", f"{type(e).__name__}: {e}")
+        error = f"{type(e).__name__}: {e}"
+        raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error)) from None
     with _lock:
         _running[spec.key] = proc
     try:
@@ -106,8 +126,10 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
     finally:
         with _lock:
             _running.pop(spec.key, None)
-    tail = read_tail(spec.log_path) if returncode else ""
-    return TaskOutcome(returncode, host, started, time.time(), tail)
+    if returncode:
+        outcome = TaskOutcome(returncode, host, started, time.time(), read_tail(spec.log_path))
+        raise JobFailed(outcome)
+    return TaskOutcome(0, host, started, time.time(), "")
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

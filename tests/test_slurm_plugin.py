@@ -40,11 +40,16 @@ def farm(tmp_path: Path, snakefile: str = FARM) -> Path:
 
 
 def in_allocation(
-    cluster: SlurmTestCluster, workdir: Path, token: str, *args: str, nodes: int = 3
+    cluster: SlurmTestCluster,
+    workdir: Path,
+    token: str,
+    *args: str,
+    nodes: int = 3,
+    salloc_extra: tuple[str, ...] = (),
 ) -> Run:
     argv = [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "100", *args]
     proc = cluster.salloc(
-        [f"-N{nodes}", "--exclusive", f"--chdir={workdir}", "--time=5"],
+        [f"-N{nodes}", "--exclusive", f"--chdir={workdir}", "--time=5", *salloc_extra],
         argv,
         timeout=240,
         env_extra={"DASK_SLURM_TEST_TOKEN": token},
@@ -257,3 +262,34 @@ def test_scancel_of_the_allocation_leaves_nothing(
     assert proc.returncode != 0
     assert "the Dask cluster broke: the srun step for" in output, output
     assert took < 30, f"{took:.1f} s"
+
+
+MEMORY = """
+rule all:
+    input: expand("small{i}.txt", i=range(3)), "big.txt"
+
+rule small:
+    output: "small{i}.txt"
+    resources: mem_mb=500
+    shell: "echo ok > {output}"
+
+rule big:
+    output: "big.txt"
+    resources: mem_mb=1600
+    shell: "echo never > {output}"
+"""
+
+
+def test_memory_grant_becomes_a_worker_resource(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = farm(tmp_path, MEMORY)
+    run = in_allocation(
+        slurm_cluster, workdir, no_leftovers, "--keep-going", salloc_extra=("--mem=1500",)
+    )
+    assert run.returncode == 1, run
+    assert "memory per node: 1500 (" in run.output
+    assert [(workdir / f"small{i}.txt").read_text() for i in range(3)] == ["ok\n"] * 3
+    assert "rule big (jobid" in run.output and "asks for cpus=1, mem_mb=1600" in run.output
+    assert "the largest worker offers cpus=8, mem_mb=1500" in run.output
+    assert not (workdir / "big.txt").exists()

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from snakemake_executor_plugin_dask_slurm import worker_task
 from snakemake_executor_plugin_dask_slurm.worker_task import (
+    JobFailed,
     TaskSpec,
     kill_tasks,
     read_tail,
@@ -45,15 +49,20 @@ def test_tmpdir_variables_point_at_the_workers_temporary_directory(tmp_path: Pat
     assert (tmp_path / "logs/k1.log").read_text() == f"{tmp} {tmp} {tmp} {tmp}\n"
 
 
-def test_failure_returns_code_and_last_lines(tmp_path: Path) -> None:
-    outcome = run_task(spec(tmp_path, "for i in $(seq 1 50); do echo l$i; done; exit 4"))
+def test_failure_raises_with_code_and_last_lines(tmp_path: Path) -> None:
+    with pytest.raises(JobFailed) as failed:
+        run_task(spec(tmp_path, "for i in $(seq 1 50); do echo l$i; done; exit 4"))
+    outcome = failed.value.outcome
     assert outcome.returncode == 4
+    assert pickle.loads(pickle.dumps(failed.value)).outcome == outcome  # crosses to the client
     assert outcome.tail.splitlines() == [f"l{i}" for i in range(31, 51)]
 
 
 def test_unstartable_command_is_reported_not_raised(tmp_path: Path) -> None:
     bad = TaskSpec("k", ("/no/such/shell",), str(tmp_path), (), str(tmp_path / "l.log"), False)
-    outcome = run_task(bad)
+    with pytest.raises(JobFailed) as failed:
+        run_task(bad)
+    outcome = failed.value.outcome
     assert outcome.returncode == -1
     assert outcome.start_error is not None and "FileNotFoundError" in outcome.start_error
 
@@ -63,7 +72,7 @@ def test_kill_tasks_stops_the_whole_process_group(tmp_path: Path) -> None:
     marker = tmp_path / "grandchild.pid"
     script = f"{sys.executable} -c 'import time; time.sleep(60)' & echo $! > {marker}; wait"
     result: list[worker_task.TaskOutcome] = []
-    thread = threading.Thread(target=lambda: result.append(run_task(spec(tmp_path, script))))
+    thread = threading.Thread(target=lambda: result.append(run_outcome(spec(tmp_path, script))))
     thread.start()
     deadline = time.monotonic() + 10
     while not marker.exists() or "k1" not in running_tasks():
@@ -80,6 +89,13 @@ def test_kill_tasks_stops_the_whole_process_group(tmp_path: Path) -> None:
     assert running_tasks() == []
 
 
+def run_outcome(task: TaskSpec) -> worker_task.TaskOutcome:
+    try:
+        return run_task(task)
+    except JobFailed as e:
+        return e.outcome
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -91,7 +107,7 @@ def _alive(pid: int) -> bool:
 def test_dask_teardown_kills_running_jobs(tmp_path: Path) -> None:
     result: list[worker_task.TaskOutcome] = []
     thread = threading.Thread(
-        target=lambda: result.append(run_task(spec(tmp_path, "exec sleep 60", key="t")))
+        target=lambda: result.append(run_outcome(spec(tmp_path, "exec sleep 60", key="t")))
     )
     thread.start()
     deadline = time.monotonic() + 10
