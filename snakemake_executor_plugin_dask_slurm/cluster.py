@@ -78,7 +78,7 @@ def dashboard_link(client: Client) -> str | None:
 
 
 def worker_count(client: Client) -> int:
-    return len(client.scheduler_info(n_workers=-1)["workers"])
+    return int(client.scheduler_info(n_workers=0)["n_workers"])
 
 
 class AttachCluster(ClusterSource):
@@ -109,23 +109,48 @@ class AttachCluster(ClusterSource):
 
     def start(self) -> Client:
         self.client = connect(self._address(), self.timeout)
+        try:
+            self._wait_for_a_worker()
+            self._check_cpus_advertised()
+        except BaseException:
+            self.close()
+            raise
+        return self.client
+
+    def _wait_for_a_worker(self) -> None:
+        assert self.client is not None
         deadline = time.monotonic() + self.timeout
         while worker_count(self.client) == 0:
             if time.monotonic() > deadline:
-                self.close()
                 raise DaskSlurmError(
                     f"The Dask scheduler at {self.address or self.scheduler_file} has no "
                     f"workers after {self.timeout:.0f} s. Start some, e.g. 'dask worker "
-                    "<address>', then run again."
+                    "<address> --nthreads N --resources cpus=N', then run again."
                 )
             time.sleep(0.1)
-        return self.client
+
+    def _check_cpus_advertised(self) -> None:
+        """Jobs ask for a ``cpus`` resource: workers without it could never run one."""
+        assert self.client is not None
+        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+        bare = [w.get("name", "?") for w in workers if "cpus" not in w.get("resources", {})]
+        if bare:
+            raise DaskSlurmError(
+                f"Dask workers {', '.join(map(str, bare))} do not advertise a 'cpus' "
+                "resource. Every job asks for one (its threads), so they could never run a "
+                "job. Start workers with '--resources cpus=N' (N = their --nthreads)."
+            )
 
     def close(self) -> None:
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.close(timeout=STOP_TIMEOUT)
             self.client = None
+
+    def problem(self) -> str | None:
+        if self.client is not None and self.client.status not in ("running", "connecting"):
+            return f"the connection to the scheduler was lost (client {self.client.status})"
+        return None
 
     def summary(self) -> list[str]:
         if self.client is None:
@@ -152,6 +177,8 @@ class ProcessCluster(ClusterSource):
         self.timeout = timeout
         self.client: Client | None = None
         self.bringup_seconds: float | None = None
+        #: Treat a missing worker as a broken cluster (no nanny would restart it).
+        self.watch_worker_count = False
         self.teardown_seconds: float | None = None
 
     def start(self) -> Client:
@@ -208,6 +235,14 @@ class ProcessCluster(ClusterSource):
                     f"running (was the allocation cancelled or a node lost?). Its log "
                     f"({proc.log_path}) ends with:\n{proc.tail(10)}"
                 )
+        if self.watch_worker_count:
+            count = worker_count(self.client)
+            if count < self.expected_workers:
+                return (
+                    f"only {count} of its {self.expected_workers} Dask workers are left (a "
+                    "worker process died or a node was lost; see the worker logs in "
+                    f"{self.scheduler.log_path.parent})"
+                )
         return None
 
     def worker_hint(self) -> str:
@@ -243,8 +278,13 @@ class ProcessCluster(ClusterSource):
     def _retire_workers(self) -> None:
         client: Any = self.client
         try:
+            # Named, or Dask's heuristic picks only idle workers: none on Ctrl-C.
+            workers = list(client.scheduler_info(n_workers=-1)["workers"])
             client.sync(
-                client.scheduler.retire_workers, close_workers=True, callback_timeout=RETIRE_TIMEOUT
+                client.scheduler.retire_workers,
+                workers=workers,
+                close_workers=True,
+                callback_timeout=RETIRE_TIMEOUT,
             )
         except Exception as e:  # the processes are stopped next either way
             logger.debug("retiring workers failed: %s", e)

@@ -32,6 +32,14 @@ def file_locking_env(setting: str) -> dict[str, str]:
     return {"DASK_DISTRIBUTED__WORKER__USE_FILE_LOCKING": value}
 
 
+def dashboard_address(config: RunConfig, host: str | None) -> str | None:
+    """A free port; on loopback when the scheduler is (local mode), else all interfaces
+    so that an SSH tunnel through the login node reaches it."""
+    if not config.dashboard:
+        return None
+    return "127.0.0.1:0" if host == "127.0.0.1" else ":0"
+
+
 def scheduler_options(
     config: RunConfig, scheduler_file: Path, host: str | None
 ) -> SchedulerOptions:
@@ -39,7 +47,7 @@ def scheduler_options(
         scheduler_file=str(scheduler_file),
         host=host,
         interface=None if host else config.interface,
-        dashboard_address=":0" if config.dashboard else None,
+        dashboard_address=dashboard_address(config, host),
         extra_args=SCHEDULER_PRELOAD + scheduler_security_args(),
     )
 
@@ -110,6 +118,7 @@ class LocalCluster(ProcessCluster):
         )
         self.log_dir = log_dir
         self.show_dashboard = config.dashboard
+        self.watch_worker_count = not (config.nanny or nworkers > 1)  # no nanny restarts
 
     def summary(self) -> list[str]:
         lines = [f"Dask: {self.description}; logs in {self.log_dir}"]

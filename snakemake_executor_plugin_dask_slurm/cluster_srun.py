@@ -15,7 +15,6 @@ import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 from .cluster import ProcessCluster, dashboard_link, owner_environment
@@ -27,6 +26,7 @@ from .commands import (
     scheduler_command,
     srun_step_command,
 )
+from .errors import DaskSlurmError
 from .layout import NodeGroup, WorkerLayout, plan_layout
 from .network import choose_scheduler_host
 from .preflight import check_dask_cli, find_slurm_commands, scontrol_hostnames
@@ -41,15 +41,22 @@ SCONTROL_TIMEOUT = 15.0
 
 
 def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
-    """What each worker of ``group`` advertises: its share of the node's grant."""
+    """What each worker of ``group`` advertises: its share of its node's grant."""
     share = group.workers_per_node
     resources: dict[str, float] = {"cpus": group.threads_per_worker}
-    mem = alloc.mem_mb_per_node
-    if mem:
-        resources["mem_mb"] = mem // share
-    if alloc.gpus_per_node:
-        resources["gpus"] = alloc.gpus_per_node // share
-    return {k: v for k, v in resources.items() if v > 0}
+    if alloc.mem_mb:
+        by_node = dict(zip(alloc.nodes, alloc.mem_mb, strict=True))
+        resources["mem_mb"] = min(by_node[node] for node in group.nodes) // share
+    gpus = alloc.gpus_per_node or 0
+    if gpus and gpus < share:
+        raise DaskSlurmError(
+            f"Each node of {','.join(group.nodes)} has {gpus} GPU(s) but would run {share} "
+            "Dask workers, so some workers would get no GPU at all. Ask for fewer workers "
+            "(--dask-slurm-workers) or leave the count to the plugin (one per node)."
+        )
+    if gpus:
+        resources["gpus"] = gpus // share
+    return resources
 
 
 def step_log_name(index: int, group: NodeGroup) -> str:
@@ -100,13 +107,17 @@ class SrunCluster(ProcessCluster):
         self.alloc, self.layout, self.host, self.log_dir = alloc, layout, host, log_dir
         self.python, self.payloads = python, payloads
         self.show_dashboard = config.dashboard
+        # Without a nanny (one worker per node) nothing restarts a worker that died.
+        self.watch_worker_count = not config.nanny and all(
+            g.workers_per_node == 1 for g in layout.groups
+        )
         self.description = (
             f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
             f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)"
         )
 
     @classmethod
-    def from_environment(cls, config: RunConfig, log_dir: Path, logger: Any) -> SrunCluster:
+    def from_environment(cls, config: RunConfig, log_dir: Path) -> SrunCluster:
         import dask.system
 
         env: Mapping[str, str] = os.environ
@@ -117,8 +128,12 @@ class SrunCluster(ProcessCluster):
             hostnames = scontrol_hostnames(commands.scontrol, nodelist, SCONTROL_TIMEOUT)
         alloc = read_allocation(env, hostnames, dask.system.CPU_COUNT, os.cpu_count() or 1)
         layout = plan_layout(alloc, config.workers)
+        others = [node for node in alloc.nodes if node != alloc.this_node]
         host = choose_scheduler_host(
-            config.interface, config.scheduler_host, alloc.first_node, alloc.this_node_is_allocated
+            config.interface,
+            config.scheduler_host,
+            others[0] if others else None,
+            alloc.this_node_is_allocated,
         )
         cluster = cls(config, alloc, layout, host, commands.srun, log_dir)
         cluster.preflight()

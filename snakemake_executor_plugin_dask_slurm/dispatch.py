@@ -3,7 +3,8 @@
 The hot path: ``submit`` runs once per job on Snakemake's scheduling thread, so it only
 hands the task to the client (non-blocking) and attaches a done-callback. Completion is
 event-driven: the callback records the key and wakes the executor's status loop, which
-then ``drain``s every finished task with one batched ``gather``.
+then ``drain``s every finished task. Success needs no result fetch (a failed job raises
+on the worker, and its outcome comes with the error Dask already sends the client).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .worker_task import JobFailed, TaskOutcome, TaskSpec, kill_tasks, run_task
+from .tasks import Finished, JobFailed, TaskSpec
+from .worker_task import KILL_GRACE_SECONDS, kill_tasks, run_task
 
 if TYPE_CHECKING:
     from distributed import Client, Future
@@ -24,17 +26,6 @@ logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the workers to confirm a kill request.
 KILL_TIMEOUT = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """A task that is no longer running: success, or the failed job's outcome, or why
-    there is no outcome (worker lost, cancelled, ...)."""
-
-    key: str
-    ok: bool
-    outcome: TaskOutcome | None = None
-    problem: str | None = None
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -72,11 +63,6 @@ class Dispatcher:
         self._finished.append(str(future.key))
         self._notify()
 
-    @property
-    def running(self) -> list[str]:
-        with self._lock:
-            return list(self._futures)
-
     def drain(self) -> list[Finished]:
         """Every task finished since the last call. Costs no round trip to a worker."""
         keys = []
@@ -86,27 +72,11 @@ class Dispatcher:
             return []
         with self._lock:
             futures = [f for f in map(self._futures.pop, keys, [None] * len(keys)) if f]
-        return [self._finished_task(f) for f in futures]
-
-    @staticmethod
-    def _finished_task(future: Future) -> Finished:
-        key = str(future.key)
-        if future.status == "finished":
-            return Finished(key, True)
-        try:  # the error came to the client with the task's state: no fetch
-            error = future.exception(timeout=KILL_TIMEOUT)
-        except BaseException as e:  # cancelled, or the client lost the scheduler
-            error = e
-        if isinstance(error, JobFailed):
-            return Finished(key, False, outcome=error.outcome)
-        return Finished(key, False, problem=describe_exception(error or RuntimeError(key)))
+        return [finished_task(f) for f in futures]
 
     def kill(self, keys: list[str]) -> None:
-        """Stop the given jobs: kill their processes on every worker, cancel the rest.
-
-        Their futures stay registered, so each still comes out of :meth:`drain` (as
-        killed or cancelled) and Snakemake is told about every job it waits for.
-        """
+        """Stop the given jobs on every worker: running ones now, queued ones when their
+        turn comes (they then fail at once instead of starting)."""
         if not keys:
             return
         client: Any = self.client
@@ -118,6 +88,37 @@ class Dispatcher:
             logger.debug("killed on workers: %s", killed)
         except Exception as e:  # workers may already be gone; teardown follows
             logger.debug("kill request failed: %s", e)
-        with self._lock:
-            futures = [self._futures[k] for k in keys if k in self._futures]
-        self.client.cancel(futures)
+
+    def stop(self, keys: list[str]) -> None:
+        """Kill the jobs, let their tasks end (each is then reported: killed, or stopped
+        before it started), and cancel what is still pending after the kill's grace
+        period, e.g. tasks whose worker is gone, so that every job is reported."""
+        self.kill(keys)
+        deadline = time.monotonic() + KILL_GRACE_SECONDS + 2.0
+        while time.monotonic() < deadline:
+            with self._lock:
+                pending = [f for k in keys if (f := self._futures.get(k)) and not f.done()]
+            if not pending:
+                return
+            time.sleep(0.1)
+        try:
+            self.client.cancel(pending)
+        except Exception as e:  # the client may be closing
+            logger.debug("cancel failed: %s", e)
+
+
+def finished_task(future: Future) -> Finished:
+    """What became of a task whose future is done."""
+    key = str(future.key)
+    status = future.status
+    if status == "finished":
+        return Finished(key, True)
+    if status == "error":
+        error = future.exception(timeout=KILL_TIMEOUT)  # came with the task's state
+        if isinstance(error, JobFailed):
+            return Finished(key, False, outcome=error.outcome)
+        return Finished(key, False, problem=describe_exception(error or RuntimeError(status)))
+    reason = getattr(getattr(future, "_state", None), "exception", None)
+    return Finished(
+        key, False, problem=f"its Dask task was {status}" + (f" ({reason})" if reason else "")
+    )

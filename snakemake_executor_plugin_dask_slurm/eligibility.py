@@ -40,6 +40,8 @@ class JobFacts:
     group: bool = False
     shell_exec_resource: bool = False  # resources.shell_exec picks another shell
     tmpdir_placeholder: bool = False  # uses {resources.tmpdir}, unknown on this side
+    tmpdir_expression: bool = False  # a tmpdir only the job's own side can evaluate
+    unformattable: bool = False  # the command cannot be formatted on this side
     too_long: bool = False
     storage_files: bool = False  # remote storage inputs/outputs need Snakemake's copy
 
@@ -57,6 +59,8 @@ _REASONS = {
     "group": "group job",
     "shell_exec_resource": "resources.shell_exec",
     "tmpdir_placeholder": "uses {resources.tmpdir}",
+    "tmpdir_expression": "tmpdir resource evaluated where the job runs",
+    "unformattable": "command cannot be formatted before the job runs",
     "too_long": f"command longer than {MAX_DIRECT_COMMAND} characters",
     "storage_files": "storage-plugin files",
 }

@@ -3,7 +3,9 @@
 Threading (see docs/architecture.md): ``run_job`` runs on Snakemake's scheduling thread
 and must not block; ``check_active_jobs`` and ``sleep`` run on the base class's status
 thread, which starts *before* ``__post_init__`` — so everything they touch is set in
-``__init__`` before the base class starts that thread.
+``__init__`` before the base class starts that thread. Stopping every job at once (SIGTERM,
+a broken cluster) happens on a thread of its own, under ``_stop_lock`` so that no job can
+be submitted after the stop took its snapshot of the running jobs.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .cluster import ClusterSource
-from .dispatch import Dispatcher, Finished
+from .dispatch import Dispatcher
 from .job_commands import JobCommandBuilder
 from .reporting import failure_message, job_label
 from .resources import Capacity, job_request, unsatisfiable_message
 from .sources import make_source
+from .tasks import Finished
 from .validation import RunConfig, resolve
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -46,7 +49,8 @@ class Executor(RemoteExecutor):
         self._wake_event: asyncio.Event | None = None
         self._source: ClusterSource | None = None
         self._closed = False
-        self._sigterm_installed = False
+        self._sigterm: threading.Event | None = None
+        self._stop_lock = threading.Lock()
         self._stop_reason: str | None = None
         self._next_health_check = 0.0
         super().__init__(workflow, logger)
@@ -67,17 +71,21 @@ class Executor(RemoteExecutor):
             format_job_exec=self.format_job_exec,
             prepare=lambda job: self.workflow.async_run(job.prepare()),
         )
-        self._source = make_source(self.config, log_dir, self.logger)
+        source = make_source(self.config, log_dir, self.logger)
         self.logger.info(f"dask-slurm: {self.config.cluster} ({self.config.cluster_reason})")
-        self.logger.info(f"dask-slurm: starting {self._source.description}")
-        client = self._source.start()
-        self._capacity = Capacity.from_workers(
-            w.get("resources", {}) for w in client.scheduler_info(n_workers=-1)["workers"].values()
-        )
-        self._advertised = self._capacity.advertised
+        self.logger.info(f"dask-slurm: starting {source.description}")
+        client = source.start()  # stops what it started if it fails
+        try:
+            workers = client.scheduler_info(n_workers=-1)["workers"].values()
+            self._capacity = Capacity.from_workers(w.get("resources", {}) for w in workers)
+            self._advertised = self._capacity.advertised
+            for line in source.summary():
+                self.logger.info(f"dask-slurm: {line}")
+        except BaseException:
+            source.close()
+            raise
+        self._source = source
         self._dispatcher = Dispatcher(client, self._wake)
-        for line in self._source.summary():
-            self.logger.info(f"dask-slurm: {line}")
 
     def additional_general_args(self) -> str:
         # A spawned Snakemake otherwise waits ~1 s at exit for its job-rate limiter's
@@ -91,67 +99,93 @@ class Executor(RemoteExecutor):
         return f"{kind}-{job.jobid}-a{job.attempt}-{self._run_token}"
 
     def run_job(self, job: JobExecutorInterface) -> None:
-        if not self._sigterm_installed:
+        if self._sigterm is None:
             self._install_sigterm_handler()
         key = self.job_key(job)
         job_info = SubmittedJobInfo(job, external_jobid=key)
-        if self._stop_reason:
-            self.report_job_submission(job_info, register_job=False)
-            self.report_job_error(
-                job_info, msg=f"{job_label(job)} was not started: {self._stop_reason}\n"
-            )
-            return
         request = job_request(job.threads, job.resources, self._advertised)
         if not self._capacity.fits(request):
-            self.report_job_submission(job_info, register_job=False)
-            self.report_job_error(
-                job_info, msg=unsatisfiable_message(job_label(job), request, self._capacity)
-            )
+            self._refuse(job_info, unsatisfiable_message(job_label(job), request, self._capacity))
             return
         try:
             spec, way = self._builder.build(job, key)
         except Exception as e:
-            self.report_job_submission(job_info, register_job=False)
-            self.report_job_error(job_info, msg=f"{job_label(job)} could not be prepared: {e}")
+            self._refuse(job_info, f"{job_label(job)} could not be prepared: {e}\n")
             return
         job_info.aux = {"way": way, "log": spec.log_path}
-        self._jobs[key] = job_info
-        self.report_job_submission(job_info)
         assert self._dispatcher is not None
-        self._dispatcher.submit(spec, request)
+        with self._stop_lock:
+            if self._stop_reason:
+                refused = f"{job_label(job)} was not started: {self._stop_reason}\n"
+            else:
+                refused = None
+                self._jobs[key] = job_info
+                self.report_job_submission(job_info)
+                self._dispatcher.submit(spec, request)
+        if refused:
+            self._refuse(job_info, refused)
+
+    def _refuse(self, job_info: SubmittedJobInfo, msg: str) -> None:
+        self.report_job_submission(job_info, register_job=False)
+        self.report_job_error(job_info, msg=msg)
+
+    def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
+        # The base class appends "see the cluster/cloud log" to every message; ours
+        # already name the job's own log.
+        if job_info.external_jobid is not None:
+            kwargs["external_jobid"] = job_info.external_jobid
+        job_info.job.log_error(msg, **kwargs)
+
+    # -- stopping every job at once ----------------------------------------------------
 
     def _install_sigterm_handler(self) -> None:
         """On SIGTERM (SLURM's time limit), stop running jobs, then let Snakemake end.
 
         Snakemake's own handler (installed after this executor is created, hence the lazy
         install) only stops scheduling and waits for running jobs, which at a time limit
-        would outlast SLURM's KillWait. Ours kills the jobs first, off the signal
-        handler's thread, so Snakemake sees them fail and shuts down within seconds.
+        would outlast SLURM's KillWait. The handler itself only sets an event: it runs on
+        the main thread, possibly while that thread holds Snakemake's scheduler lock, which
+        Snakemake's handler takes. A watcher thread does the work, then calls it.
         """
-        self._sigterm_installed = True
+        self._sigterm = threading.Event()
         if threading.current_thread() is not threading.main_thread():
             return
         previous = signal.getsignal(signal.SIGTERM)
+        event = self._sigterm
 
-        def on_sigterm(signum: int, frame: Any) -> None:
+        def watch() -> None:
+            event.wait()
             self.logger.warning("dask-slurm: SIGTERM received: stopping running jobs")
-            self._stop_reason = "Snakemake received SIGTERM (e.g. SLURM's time limit)"
-            threading.Thread(target=self._kill_running, daemon=True).start()
-            if callable(previous):
-                previous(signum, frame)
+            keys = self._begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
+            if callable(previous):  # Snakemake: schedule nothing more
+                previous(signal.SIGTERM, None)
+            self._finish_stop(keys)
 
-        signal.signal(signal.SIGTERM, on_sigterm)
+        threading.Thread(target=watch, name="dask-slurm-sigterm", daemon=True).start()
+        signal.signal(signal.SIGTERM, lambda signum, frame: event.set())
 
-    def _kill_running(self) -> None:
+    def _begin_stop(self, reason: str) -> list[str]:
+        """Refuse new jobs from now on; the keys of every job submitted until now."""
+        with self._stop_lock:
+            if self._stop_reason is None:
+                self._stop_reason = reason
+            return list(self._jobs)
+
+    def _finish_stop(self, keys: list[str]) -> None:
+        """Kill those jobs; each is then reported failed (blocks a few seconds)."""
         if self._dispatcher is not None:
-            self._dispatcher.kill(list(self._jobs))
+            self._dispatcher.stop(keys)
+
+    def _stop_all(self, reason: str) -> None:
+        self._finish_stop(self._begin_stop(reason))
 
     # -- completion (the status thread) ----------------------------------------------
 
     def _wake(self) -> None:
         loop, event = self._wake_loop, self._wake_event
-        if loop is not None and event is not None:
-            loop.call_soon_threadsafe(event.set)
+        if loop is not None and event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to wake
+                loop.call_soon_threadsafe(event.set)
 
     async def sleep(self) -> None:
         if self._wake_event is None:
@@ -177,15 +211,14 @@ class Executor(RemoteExecutor):
     def _check_cluster(self) -> None:
         """At most twice a second: if a process of the cluster died, fail what it ran."""
         now = time.monotonic()
-        if now < self._next_health_check:
+        if now < self._next_health_check or self._stop_reason or self._source is None:
             return
         self._next_health_check = now + HEALTH_CHECK_INTERVAL
-        if self._stop_reason is None and self._source is not None:
-            problem = self._source.problem()
-            if problem:
-                self._stop_reason = f"the Dask cluster broke: {problem}"
-                self.logger.error(f"dask-slurm: {self._stop_reason}")
-                self._kill_running()
+        problem = self._source.problem()
+        if problem:
+            reason = f"the Dask cluster broke: {problem}"
+            self.logger.error(f"dask-slurm: {reason}")
+            threading.Thread(target=self._stop_all, args=(reason,), daemon=True).start()
 
     def _report(self, finished: Finished) -> None:
         job_info = self._jobs.pop(finished.key, None)
@@ -196,7 +229,7 @@ class Executor(RemoteExecutor):
             return
         aux = job_info.aux or {}
         if self._stop_reason and finished.outcome is None:
-            finished = Finished(finished.key, False, problem=f"stopped because {self._stop_reason}")
+            finished = Finished(finished.key, False, problem=f"stopped: {self._stop_reason}")
         msg = failure_message(job_info.job, finished, aux.get("way", "?"), aux.get("log", "?"))
         self.report_job_error(job_info, msg=msg, aux_logs=[aux.get("log")])
 
@@ -205,22 +238,30 @@ class Executor(RemoteExecutor):
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
         # Our own registry, not ``active_jobs``: the base class empties that list while
         # a status round runs, so a Ctrl-C at that moment would miss jobs.
-        self._kill_running()
-        self._jobs.clear()
+        with self._stop_lock:
+            self._stop_reason = self._stop_reason or "the workflow was cancelled"
+            keys = list(self._jobs)
+            self._jobs.clear()
+        if self._dispatcher is not None:
+            self._dispatcher.kill(keys)
 
     def shutdown(self) -> None:
-        super().shutdown()
-        self.close_cluster()
+        try:
+            with self.lock:
+                self.wait = False
+            self._wake()  # the status thread may sit in sleep() for a second
+            super().shutdown()
+        finally:
+            self.close_cluster()
 
     def close_cluster(self) -> None:
-        if self._closed:
+        if self._closed or self._source is None:
             return
-        self._closed = True
-        if self._jobs:
-            self._kill_running()
-        if self._source is not None:
-            started = time.monotonic()
+        started = time.monotonic()
+        try:
+            if self._jobs and self._dispatcher is not None:
+                self._dispatcher.kill(list(self._jobs))
+        finally:
             self._source.close()
-            self.logger.info(
-                f"dask-slurm: Dask cluster closed in {time.monotonic() - started:.1f} s"
-            )
+            self._closed = True
+        self.logger.info(f"dask-slurm: Dask cluster closed in {time.monotonic() - started:.1f} s")

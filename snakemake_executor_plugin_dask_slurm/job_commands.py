@@ -23,7 +23,7 @@ from typing import Any
 from snakemake.shell import shell as snakemake_shell
 
 from .eligibility import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
-from .worker_task import TaskSpec
+from .tasks import SYSTEM_TMPDIR, TaskSpec
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -57,11 +57,31 @@ def rule_facts(job: Any, workflow: Any) -> RuleFacts:
     )
 
 
-def job_facts(job: Any, command: str) -> JobFacts:
+def job_tmpdir(job: Any) -> tuple[str | None, bool]:
+    """Where the direct way points TMPDIR for ``job``, and whether it cannot know.
+
+    Snakemake evaluates ``resources.tmpdir`` only where the job runs, so on this side it is
+    ``<TBD>`` unless the rule gave a plain value. Snakemake's default (``system_tmpdir``)
+    is the worker's own temporary directory; any other expression (a callable, or
+    ``--default-resources tmpdir=...``) can only be evaluated by the general way.
+    """
+    value = job.resources.get("tmpdir")
+    if isinstance(value, str) and TBD not in value:
+        return value, False
+    declared = job.rule.resources.get("tmpdir") if "tmpdir" in job.rule.resources else None
+    if declared is None:
+        return None, False
+    if getattr(declared, "raw", None) == SYSTEM_TMPDIR:
+        return SYSTEM_TMPDIR, False
+    return None, True
+
+
+def job_facts(job: Any, command: str, tmpdir_expression: bool) -> JobFacts:
     """Read the job-level eligibility facts, given the job's formatted command."""
     return JobFacts(
         shell_exec_resource=job.resources.get("shell_exec") is not None,
         tmpdir_placeholder=TBD in command,
+        tmpdir_expression=tmpdir_expression,
         too_long=len(command) > MAX_DIRECT_COMMAND,
         storage_files=any(f.is_storage for f in job.input) or any(f.is_storage for f in job.output),
     )
@@ -129,17 +149,25 @@ class JobCommandBuilder:
     def build(self, job: Any, key: str) -> tuple[TaskSpec, str]:
         """The task spec for ``job`` and which way it runs ("direct" or "general")."""
         if not self.direct_blockers(job):
-            command = job.shellcmd
-            if not blockers(job_facts(job, command)):
-                self.prepare(job)
-                env = self._thread_env.get(job.threads)
-                if env is None:
-                    env = self._thread_env[job.threads] = self._base_env + thread_environment(
-                        job.threads
-                    )
-                argv = shell_argv(command, self._shell)
-                spec = TaskSpec(key, argv, self.workdir, env, self.log_path(job), True)
+            spec = self._direct(job, key)
+            if spec is not None:
                 return spec, "direct"
         argv = (GENERAL_SHELL, "-c", self.format_job_exec(job))
-        spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), False)
+        spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), None)
         return spec, "general"
+
+    def _direct(self, job: Any, key: str) -> TaskSpec | None:
+        """The direct way's spec, or None when this job must go the general way."""
+        try:
+            command = job.shellcmd
+        except Exception:  # e.g. a resource only the job's own Snakemake defines
+            return None
+        tmpdir, tmpdir_expression = job_tmpdir(job)
+        if blockers(job_facts(job, command, tmpdir_expression)):
+            return None
+        self.prepare(job)
+        env = self._thread_env.get(job.threads)
+        if env is None:
+            env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
+        argv = shell_argv(command, self._shell)
+        return TaskSpec(key, argv, self.workdir, env, self.log_path(job), tmpdir)

@@ -63,26 +63,32 @@ def interface_address(name: str) -> str:
 def choose_scheduler_host(
     interface: str | None,
     host: str | None,
-    first_node: str | None,
+    route_target: str | None,
     this_node_is_allocated: bool,
 ) -> tuple[str | None, str]:
-    """The address the scheduler binds to (None: Dask's default) and why.
+    """The address the scheduler binds to and why.
 
-    In order: a host the user set; the address of an interface the user set; Dask's
-    default on an allocated node (the nodes share its network); the address on the route
-    to ``first_node`` when running off the allocation (a login node); and loopback when
-    there is no allocated node at all (a local run: nothing else needs to connect, and
-    nothing else should).
+    In order: a host the user set; the address of an interface the user set; the address
+    on the route to ``route_target`` (an allocated node other than this one), so that
+    the nodes can reach it whatever this host's default "guess my IP" answer is (on a
+    login node that is often an outside address; on a node without a default route, or
+    whose host name maps to 127.0.1.1, it can be unusable too); and loopback when no other
+    node needs to connect (a local run, or a one-node allocation run on that node).
     """
     if host:
         return host, "set with --dask-slurm-scheduler-host"
     if interface:
         return interface_address(interface), f"address of interface {interface}"
-    if this_node_is_allocated:
-        return None, "Dask's default: this process runs on an allocated node"
-    if first_node:
-        return address_on_route_to(first_node), (
-            f"address on the route to {first_node}: this host is not in the allocation, "
-            "so Dask's default guess may be an address the nodes cannot reach"
+    if route_target:
+        where = (
+            "this process runs on an allocated node"
+            if this_node_is_allocated
+            else "this host is not in the allocation"
         )
+        return address_on_route_to(route_target), (
+            f"address on the route to {route_target} ({where}; Dask's default guess may be "
+            "an address the nodes cannot reach)"
+        )
+    if this_node_is_allocated:
+        return "127.0.0.1", "loopback: a one-node allocation, and the workers run here"
     return "127.0.0.1", "loopback: a local run, so only this machine needs to connect"

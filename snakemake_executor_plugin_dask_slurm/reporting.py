@@ -6,7 +6,7 @@ import os
 import signal
 from typing import Any
 
-from .dispatch import Finished
+from .tasks import Finished
 
 #: Exit codes a shell uses for "could not even start the command".
 _START_CODES = {

@@ -39,7 +39,7 @@ def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
     if config.cluster == "srun":
         from .cluster_srun import SrunCluster
 
-        return SrunCluster.from_environment(config, log_dir, logger)
+        return SrunCluster.from_environment(config, log_dir)
     cpus, cpus_source = local_cpus(config)
     mem_mb, _ = local_mem_mb()
     if in_allocation(os.environ):

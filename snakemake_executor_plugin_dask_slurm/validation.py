@@ -5,6 +5,7 @@ Pure: takes the settings object and the environment as plain values, reads nothi
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,6 +89,18 @@ def _check_attach(settings: ExecutorSettings) -> None:
         )
 
 
+_ADDRESS = re.compile(r"^(?:[a-z]+://)?[^\s/:]+(?::[^\s/]*)*:\d+$|^(?:[a-z]+://)?\[[^\]]+\]:\d+$")
+
+
+def _check_address(address: str | None) -> None:
+    if address and not _ADDRESS.match(address):
+        raise DaskSlurmError(
+            f"Invalid --dask-slurm-scheduler-address {address!r}: expected "
+            "PROTOCOL://HOST:PORT, e.g. tcp://10.0.0.5:8786 (the address a scheduler prints "
+            "as 'Scheduler at:')."
+        )
+
+
 def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -> RunConfig:
     """Validate ``settings`` and return the run's configuration."""
     _check_choice("--dask-slurm-cluster", settings.cluster, CLUSTER_CHOICES)
@@ -98,6 +111,7 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
     cluster, reason = choose_cluster(settings.cluster, env)
     if cluster == "attach":
         _check_attach(settings)
+        _check_address(settings.scheduler_address)
     elif settings.scheduler_address:
         raise DaskSlurmError(
             "--dask-slurm-scheduler-address only applies to --dask-slurm-cluster attach; "

@@ -16,8 +16,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
+
+from .tasks import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
 
 #: Seconds between SIGTERM and SIGKILL when a job is stopped.
 KILL_GRACE_SECONDS = 3.0
@@ -27,56 +28,19 @@ _TAIL_BYTES = 16384
 _TMPDIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 
 _running: dict[str, subprocess.Popen[bytes]] = {}
+#: Keys of jobs that were stopped: one that has not started yet must never start.
+_stopped: set[str] = set()
 _lock = threading.Lock()
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """One job, as the worker runs it."""
-
-    key: str
-    argv: tuple[str, ...]
-    cwd: str
-    env: tuple[tuple[str, str], ...]
-    log_path: str
-    #: Point TMPDIR and friends at the worker's temporary directory, as Snakemake's
-    #: ``shell()`` does with the job's ``resources.tmpdir``.
-    set_tmpdir: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TaskOutcome:
-    """How the job ended, as reported back to Snakemake."""
-
-    returncode: int  # negative: killed by that signal
-    host: str
-    started: float
-    finished: float
-    tail: str  # the end of the job's log when it failed, else ""
-    start_error: str | None = None  # the command could not be started at all
-
-
-class JobFailed(Exception):
-    """Raised on the worker when a job did not succeed.
-
-    The outcome then travels with the task's error, which Dask sends to the client with
-    the task's state anyway; a successful job's result is never fetched at all. So the
-    thousands of jobs that succeed cost no extra round trip to the worker.
-    """
-
-    def __init__(self, outcome: TaskOutcome):
-        super().__init__(outcome)
-        self.outcome = outcome
-
-    def __str__(self) -> str:
-        return f"job exited with code {self.outcome.returncode} on {self.outcome.host}"
+#: Log directories this worker already created (one mkdir per directory, not per job).
+_made_dirs: set[str] = set()
 
 
 def _environment(spec: TaskSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
-    if spec.set_tmpdir:
-        tmp = tempfile.gettempdir()
+    if spec.tmpdir is not None:
+        tmp = tempfile.gettempdir() if spec.tmpdir == SYSTEM_TMPDIR else spec.tmpdir
+        os.makedirs(tmp, exist_ok=True)  # as Snakemake's job preparation does
         for name in _TMPDIR_VARS:
             env[name] = tmp
     return env
@@ -94,16 +58,22 @@ def read_tail(path: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
 
-def run_task(spec: TaskSpec) -> TaskOutcome:
-    """Run one job's command to completion (called by Dask on a worker thread).
+def _open_log(path: str) -> Any:
+    directory = os.path.dirname(path)
+    if directory not in _made_dirs:
+        os.makedirs(directory, exist_ok=True)
+        _made_dirs.add(directory)
+    return open(path, "wb")
 
-    Raises :class:`JobFailed` if it did not succeed.
-    """
-    started = time.time()
-    host = socket.gethostname()
+
+def _start(spec: TaskSpec, host: str, started: float) -> subprocess.Popen[bytes]:
+    with _lock:
+        stopped = spec.key in _stopped
+    if stopped:
+        stop = "it was stopped before it started"
+        raise JobFailed(TaskOutcome(-1, host, started, started, "", stop))
     try:
-        os.makedirs(os.path.dirname(spec.log_path), exist_ok=True)
-        with open(spec.log_path, "wb") as log:
+        with _open_log(spec.log_path) as log:
             proc = subprocess.Popen(
                 spec.argv,
                 cwd=spec.cwd,
@@ -121,6 +91,20 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error)) from None
     with _lock:
         _running[spec.key] = proc
+        stopped = spec.key in _stopped  # stopped while it was being started
+    if stopped:
+        _signal_group(proc, signal.SIGTERM)
+    return proc
+
+
+def run_task(spec: TaskSpec) -> TaskOutcome:
+    """Run one job's command to completion (called by Dask on a worker thread).
+
+    Raises :class:`JobFailed` if it did not succeed.
+    """
+    started = time.time()
+    host = socket.gethostname()
+    proc = _start(spec, host, started)
     try:
         returncode = proc.wait()
     finally:
@@ -145,21 +129,24 @@ def _kill_later(procs: list[subprocess.Popen[bytes]]) -> None:
         _signal_group(proc, signal.SIGKILL)
 
 
-def kill_tasks(keys: list[str] | None = None, grace: float = KILL_GRACE_SECONDS) -> list[str]:
-    """Stop the process groups of the given running tasks (all if ``keys`` is None).
+def kill_tasks(keys: list[str], grace: float = KILL_GRACE_SECONDS) -> list[str]:
+    """Stop the given tasks: running ones now, and those not started yet when they start.
 
-    Sends SIGTERM now and SIGKILL after ``grace`` seconds, without blocking the caller
-    (this runs on the worker's event loop via ``Client.run``). Returns the keys signalled.
+    Sends SIGTERM to the running process groups now and SIGKILL after ``grace`` seconds,
+    without blocking the caller (this runs on the worker's event loop via
+    ``Client.run``). Returns the keys that were running.
     """
     with _lock:
-        chosen = {k: p for k, p in _running.items() if keys is None or k in keys}
-    for proc in chosen.values():
+        _stopped.update(keys)
+        chosen = [p for k, p in _running.items() if k in _stopped]
+        running = sorted(k for k in _running if k in _stopped)
+    for proc in chosen:
         _signal_group(proc, signal.SIGTERM)
     if chosen:
-        timer = threading.Timer(grace, _kill_later, args=(list(chosen.values()),))
+        timer = threading.Timer(grace, _kill_later, args=(chosen,))
         timer.daemon = True
         timer.start()
-    return sorted(chosen)
+    return running
 
 
 def running_tasks() -> list[str]:

@@ -30,6 +30,8 @@ FEATURE_OUTPUTS = {
     "out/dir_count.txt": "3\n",
     "out/temp_consumer.txt": "temporary-content\n",
     "out/checkpoint_sum.txt": "20\n",
+    "out/tmpdir_plain.txt": "scratch_plain scratch_plain\n",
+    "out/tmpdir_callable.txt": "scratch_callable\n",
 }
 
 
@@ -65,6 +67,8 @@ def test_every_rule_kind_direct_way(workflow: Workflow) -> None:
     assert "Building DAG" not in job_log(workflow, "shell_wildcards", "name_plain")
     assert "Building DAG" in job_log(workflow, "bench")
     assert "Building DAG" in job_log(workflow, "run_directive")
+    assert "Building DAG" not in job_log(workflow, "tmpdir_plain")
+    assert "Building DAG" in job_log(workflow, "tmpdir_callable")  # evaluated by the job
     assert "dask-slurm: local (no SLURM allocation" in run.output
 
 
@@ -84,9 +88,9 @@ def test_failing_rule_stops_the_run_with_a_useful_message(workflow: Workflow) ->
     assert "rule bad (jobid" in out and "exited with code 3" in out, out
     assert "bad-line-30" in out and "about-to-fail" in out, "log tail missing"
     assert "bad-line-5\n" not in out, "more than the last lines were quoted"
-    assert ".snakemake/dask-slurm/logs/jobs/bad.attempt1.log" in out
-    # Without --keep-going, running jobs finish but nothing new starts after the error.
-    assert not (workflow.path / "out/bad.txt").exists()
+    assert "Full log: .snakemake/dask-slurm/logs/jobs/bad.attempt1.log\n" in out
+    assert "cluster/cloud log" not in out  # no pointer to a log that does not exist
+    assert "Exiting because a job execution failed" in out
 
 
 @pytest.mark.workflow("fail")
@@ -287,6 +291,37 @@ def test_attach_to_a_scheduler_the_plugin_did_not_start(workflow: Workflow) -> N
         assert workflow.read("out/flaky.txt") == "succeeded-with-200\n"
         time.sleep(1)
         assert scheduler.poll() is None and worker.poll() is None, "attach stopped them"
+    finally:
+        for p in (worker, scheduler):
+            p.terminate()
+            p.wait(30)
+
+
+def test_attach_refuses_workers_without_a_cpus_resource(tmp_path: Path, no_leftovers: str) -> None:
+    sched_file = tmp_path / "scheduler.json"
+    python = str(VENV_BIN / "python")
+    scheduler = subprocess.Popen(
+        [python, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(sched_file),
+         "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [python, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file),
+         "--nthreads", "1", "--name", "bare", "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    (tmp_path / "Snakefile").write_text('rule a:\n    output: "a"\n    shell: "touch {output}"\n')
+    try:
+        proc = subprocess.run(
+            [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1",
+             "--dask-slurm-cluster", "attach", "--dask-slurm-scheduler-file", str(sched_file),
+             "--dask-slurm-startup-timeout", "60"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0
+        assert "Dask workers bare do not advertise a 'cpus' resource" in out, out
+        assert "--resources cpus=N" in out
     finally:
         for p in (worker, scheduler):
             p.terminate()

@@ -70,7 +70,7 @@ def test_interface_address_without_ipv4(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.mark.parametrize(
-    ("interface", "host", "first_node", "allocated", "expected"),
+    ("interface", "host", "route_target", "allocated", "expected"),
     [
         (None, "10.1.2.3", "n1", False, ("10.1.2.3", "set with --dask-slurm-scheduler-host")),
         ("lo", "10.1.2.3", "n1", True, ("10.1.2.3", "set with --dask-slurm-scheduler-host")),
@@ -78,9 +78,13 @@ def test_interface_address_without_ipv4(monkeypatch: pytest.MonkeyPatch) -> None
         (
             None,
             None,
-            "n1",
+            "localhost",
             True,
-            (None, "Dask's default: this process runs on an allocated node"),
+            (
+                "127.0.0.1",
+                "address on the route to localhost (this process runs on an allocated node; "
+                "Dask's default guess may be an address the nodes cannot reach)",
+            ),
         ),
         (
             None,
@@ -89,9 +93,16 @@ def test_interface_address_without_ipv4(monkeypatch: pytest.MonkeyPatch) -> None
             False,
             (
                 "127.0.0.1",
-                "address on the route to localhost: this host is not in the allocation, so "
-                "Dask's default guess may be an address the nodes cannot reach",
+                "address on the route to localhost (this host is not in the allocation; "
+                "Dask's default guess may be an address the nodes cannot reach)",
             ),
+        ),
+        (
+            None,
+            None,
+            None,
+            True,
+            ("127.0.0.1", "loopback: a one-node allocation, and the workers run here"),
         ),
         (
             None,
@@ -105,11 +116,11 @@ def test_interface_address_without_ipv4(monkeypatch: pytest.MonkeyPatch) -> None
 def test_choose_scheduler_host(
     interface: str | None,
     host: str | None,
-    first_node: str | None,
+    route_target: str | None,
     allocated: bool,
     expected: tuple[str | None, str],
 ) -> None:
-    assert choose_scheduler_host(interface, host, first_node, allocated) == expected
+    assert choose_scheduler_host(interface, host, route_target, allocated) == expected
 
 
 def test_choose_scheduler_host_bad_interface() -> None:

@@ -85,3 +85,24 @@ def test_no_boolean_setting_defaults_to_true() -> None:
     # A True default breaks Snakemake's command-line parsing (an unprefixed --no-x flag).
     defaults = ExecutorSettings()
     assert [k for k, v in vars(defaults).items() if v is True] == []
+
+
+@pytest.mark.parametrize(
+    ("address", "ok"),
+    [
+        ("tcp://10.0.0.5:8786", True),
+        ("10.0.0.5:8786", True),
+        ("tls://node-1.cluster:8786", True),
+        ("tcp://[::1]:8786", True),
+        ("10.0.0.5", False),
+        ("tcp://host", False),
+        ("tcp://host:port", False),
+    ],
+)
+def test_scheduler_address_needs_a_port(address: str, ok: bool) -> None:
+    settings = ExecutorSettings(cluster="attach", scheduler_address=address)
+    if ok:
+        assert resolve(settings, {}, Path("/wd")).scheduler_address == address
+    else:
+        with pytest.raises(DaskSlurmError, match="expected PROTOCOL://HOST:PORT"):
+            resolve(settings, {}, Path("/wd"))

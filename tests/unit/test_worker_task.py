@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_plugin_dask_slurm import worker_task
+from snakemake_executor_plugin_dask_slurm.tasks import SYSTEM_TMPDIR, JobFailed, TaskSpec
 from snakemake_executor_plugin_dask_slurm.worker_task import (
-    JobFailed,
-    TaskSpec,
     kill_tasks,
     read_tail,
     run_task,
@@ -22,19 +21,25 @@ from snakemake_executor_plugin_dask_slurm.worker_task import (
 )
 
 
-def spec(tmp_path: Path, script: str, key: str = "k1", set_tmpdir: bool = False) -> TaskSpec:
+@pytest.fixture(autouse=True)
+def fresh_worker_state() -> None:
+    # Module state of one worker process; each test plays a fresh worker.
+    worker_task._stopped.clear()
+
+
+def spec(tmp_path: Path, script: str, key: str = "k1", tmpdir: str | None = None) -> TaskSpec:
     return TaskSpec(
         key=key,
         argv=("/bin/bash", "-c", script),
         cwd=str(tmp_path),
         env=(("EXTRA", "value with space"),),
         log_path=str(tmp_path / "logs" / f"{key}.log"),
-        set_tmpdir=set_tmpdir,
+        tmpdir=tmpdir,
     )
 
 
 def test_success_runs_in_cwd_with_env_and_logs_both_streams(tmp_path: Path) -> None:
-    outcome = run_task(spec(tmp_path, 'echo "$EXTRA"; pwd; echo err >&2', set_tmpdir=True))
+    outcome = run_task(spec(tmp_path, 'echo "$EXTRA"; pwd; echo err >&2', tmpdir=SYSTEM_TMPDIR))
     assert outcome.returncode == 0 and outcome.tail == "" and outcome.start_error is None
     assert outcome.finished >= outcome.started
     log = (tmp_path / "logs/k1.log").read_text()
@@ -44,9 +49,30 @@ def test_success_runs_in_cwd_with_env_and_logs_both_streams(tmp_path: Path) -> N
 def test_tmpdir_variables_point_at_the_workers_temporary_directory(tmp_path: Path) -> None:
     import tempfile
 
-    run_task(spec(tmp_path, 'echo "$TMPDIR $TMP $TEMP $TEMPDIR"', set_tmpdir=True))
+    run_task(spec(tmp_path, 'echo "$TMPDIR $TMP $TEMP $TEMPDIR"', tmpdir=SYSTEM_TMPDIR))
     tmp = tempfile.gettempdir()
     assert (tmp_path / "logs/k1.log").read_text() == f"{tmp} {tmp} {tmp} {tmp}\n"
+
+
+def test_an_explicit_tmpdir_is_created_and_used(tmp_path: Path) -> None:
+    target = tmp_path / "scratch" / "job"
+    run_task(spec(tmp_path, 'echo "$TMPDIR"', tmpdir=str(target)))
+    assert target.is_dir()
+    assert (tmp_path / "logs/k1.log").read_text() == f"{target}\n"
+
+
+def test_without_tmpdir_the_variables_are_left_alone(tmp_path: Path) -> None:
+    run_task(spec(tmp_path, 'echo "${TMPDIR-unset}"'))
+    assert (tmp_path / "logs/k1.log").read_text() == os.environ.get("TMPDIR", "unset") + "\n"
+
+
+def test_a_stopped_task_that_had_not_started_never_starts(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    assert kill_tasks(["queued"]) == []
+    with pytest.raises(JobFailed) as failed:
+        run_task(spec(tmp_path, f"touch {marker}", key="queued"))
+    assert failed.value.outcome.start_error == "it was stopped before it started"
+    assert not marker.exists()
 
 
 def test_failure_raises_with_code_and_last_lines(tmp_path: Path) -> None:
@@ -59,7 +85,7 @@ def test_failure_raises_with_code_and_last_lines(tmp_path: Path) -> None:
 
 
 def test_unstartable_command_is_reported_not_raised(tmp_path: Path) -> None:
-    bad = TaskSpec("k", ("/no/such/shell",), str(tmp_path), (), str(tmp_path / "l.log"), False)
+    bad = TaskSpec("k", ("/no/such/shell",), str(tmp_path), (), str(tmp_path / "l.log"), None)
     with pytest.raises(JobFailed) as failed:
         run_task(bad)
     outcome = failed.value.outcome

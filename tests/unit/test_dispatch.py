@@ -1,0 +1,80 @@
+"""The dispatcher against a real (in-process) Dask scheduler and worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from distributed import Client, LocalCluster
+
+from snakemake_executor_plugin_dask_slurm.dispatch import Dispatcher
+from snakemake_executor_plugin_dask_slurm.tasks import Finished, TaskSpec
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with (
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=4,
+            processes=False,
+            resources={"cpus": 4},
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        yield c
+
+
+def spec(tmp_path: Path, key: str, script: str) -> TaskSpec:
+    return TaskSpec(
+        key, ("/bin/bash", "-c", script), str(tmp_path), (), str(tmp_path / f"{key}.log"), None
+    )
+
+
+def wait_for(dispatcher: Dispatcher, count: int, woken: threading.Event) -> list[Finished]:
+    results: list[Finished] = []
+    deadline = time.monotonic() + 30
+    while len(results) < count:
+        assert time.monotonic() < deadline, results
+        woken.wait(1)
+        woken.clear()
+        results += dispatcher.drain()
+    return sorted(results, key=lambda f: f.key)
+
+
+def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set)
+    dispatcher.submit(spec(tmp_path, "ok-1", "echo fine"), {"cpus": 1})
+    dispatcher.submit(spec(tmp_path, "bad-1", "echo oops; exit 5"), {"cpus": 1})
+    ok, bad = sorted(wait_for(dispatcher, 2, woken), key=lambda f: f.key != "ok-1")
+    assert ok == Finished("ok-1", True)
+    assert not bad.ok and bad.outcome is not None
+    assert (bad.outcome.returncode, bad.outcome.tail) == (5, "oops")
+    assert dispatcher.drain() == []
+
+
+def test_stop_kills_running_and_never_starts_queued_jobs(client: Client, tmp_path: Path) -> None:
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set)
+    keys = [f"long-{i}" for i in range(6)]  # 4 CPUs: 4 run, 2 wait on the worker
+    for key in keys:
+        dispatcher.submit(spec(tmp_path, key, f"touch {key}.started; sleep 60"), {"cpus": 1})
+    deadline = time.monotonic() + 30
+    while len(list(tmp_path.glob("*.started"))) < 4:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    started = time.monotonic()
+    dispatcher.stop(keys)
+    results = wait_for(dispatcher, 6, woken)
+    assert time.monotonic() - started < 15
+    outcomes = [r.outcome for r in results]
+    assert all(o is not None for o in outcomes), results
+    killed = [o for o in outcomes if o and o.returncode == -15]
+    never = [o for o in outcomes if o and o.start_error == "it was stopped before it started"]
+    assert (len(killed), len(never)) == (4, 2)
+    assert len(list(tmp_path.glob("*.started"))) == 4
