@@ -118,8 +118,9 @@ def test_inside_an_sbatch_script(
     output = (workdir / "job.out").read_text()
     assert result.state == "COMPLETED", output
     assert "batch-host=n1" in output
-    # On an allocated node the scheduler uses Dask's default address.
-    assert "Dask's default: this process runs on an allocated node" in output
+    # On an allocated node the scheduler listens on the route to the other nodes.
+    assert "at tcp://10.77.0.11:" in output
+    assert "address on the route to n2 (this process runs on an allocated node" in output
     assert set(hosts_used(workdir)) == {"n1", "n2", "n3"}
     assert_cleaned_up(workdir)
 
