@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from .cluster import ClusterSource
 from .dispatch import Dispatcher
 from .job_commands import JobCommandBuilder
-from .reporting import failure_message, job_label
+from .reporting import failure_message, job_label, speed_hint
 from .resources import Capacity, job_request, unsatisfiable_message
 from .sources import make_source
 from .tasks import Finished
@@ -76,16 +77,31 @@ class Executor(RemoteExecutor):
         self.logger.info(f"dask-slurm: starting {source.description}")
         client = source.start()  # stops what it started if it fails
         try:
-            workers = client.scheduler_info(n_workers=-1)["workers"].values()
-            self._capacity = Capacity.from_workers(w.get("resources", {}) for w in workers)
+            offers = [
+                w.get("resources", {})
+                for w in client.scheduler_info(n_workers=-1)["workers"].values()
+            ]
+            self._capacity = Capacity.from_workers(offers)
+            self._total_cpus = int(sum(offer.get("cpus", 0) for offer in offers))
             self._advertised = self._capacity.advertised
             for line in source.summary():
                 self.logger.info(f"dask-slurm: {line}")
+            self._hint_speed()
         except BaseException:
             source.close()
             raise
         self._source = source
         self._dispatcher = Dispatcher(client, self._wake)
+
+    def _hint_speed(self) -> None:
+        scheduling = self.workflow.scheduling_settings
+        rate = scheduling.max_jobs_per_timespan
+        per_second = rate.max_jobs / rate.timespan if rate and rate.timespan else None
+        nodes = self.workflow.resource_settings.nodes
+        jobs = nodes if isinstance(nodes, int) and nodes < sys.maxsize else None
+        hint = speed_hint(scheduling.scheduler, jobs, per_second, self._total_cpus)
+        if hint:
+            self.logger.info(f"dask-slurm: hint: {hint}")
 
     def additional_general_args(self) -> str:
         # A spawned Snakemake otherwise waits ~1 s at exit for its job-rate limiter's

@@ -52,3 +52,27 @@ def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> st
         f"{label} {what} on {outcome.host} after {outcome.finished - outcome.started:.1f} s "
         f"(run the {way} way). Last lines of its output:\n{tail}\nFull log: {log}\n"
     )
+
+
+#: What makes Snakemake's own job selection fast for thousands of short jobs (measured in
+#: docs/benchmarks.md): Dask does the queueing, Snakemake hands over every ready job.
+FAST_SETTINGS = "--jobs unlimited --scheduler greedy --max-jobs-per-timespan 100000/1s"
+
+
+def speed_hint(
+    scheduler: str, jobs: int | None, max_jobs_per_second: float | None, cpus: int
+) -> str | None:
+    """A one-line hint when Snakemake's settings will slow a farm of short jobs."""
+    slow = []
+    if scheduler == "ilp":
+        slow.append("the ILP job scheduler (costly per job)")
+    if jobs is not None and jobs < 4 * cpus:
+        slow.append(f"--jobs {jobs} for {cpus} worker CPUs")
+    if max_jobs_per_second is not None and max_jobs_per_second <= 100:
+        slow.append(f"at most {max_jobs_per_second:g} job submissions per second")
+    if not slow:
+        return None
+    return (
+        f"for many short jobs this run may be slowed by {', '.join(slow)}; consider "
+        f"{FAST_SETTINGS} (see the plugin's docs/benchmarks.md)"
+    )

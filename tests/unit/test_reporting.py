@@ -57,3 +57,25 @@ def test_describe_exception() -> None:
 
     assert describe_exception(KilledWorker("x")).startswith("the Dask worker running it was lost")
     assert describe_exception(ValueError("bad")) == "its Dask task failed with ValueError: bad"
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "jobs", "rate", "cpus", "names"),
+    [
+        ("greedy", None, 100000.0, 16, None),
+        ("greedy", 64, 100000.0, 16, None),
+        ("ilp", None, 100000.0, 16, "the ILP job scheduler"),
+        ("greedy", 8, 100000.0, 16, "--jobs 8 for 16 worker CPUs"),
+        ("greedy", None, 100.0, 16, "at most 100 job submissions per second"),
+    ],
+)
+def test_speed_hint(
+    scheduler: str, jobs: int | None, rate: float, cpus: int, names: str | None
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.reporting import FAST_SETTINGS, speed_hint
+
+    hint = speed_hint(scheduler, jobs, rate, cpus)
+    if names is None:
+        assert hint is None
+    else:
+        assert hint is not None and names in hint and FAST_SETTINGS in hint
