@@ -99,7 +99,9 @@ class Executor(RemoteExecutor):
         per_second = rate.max_jobs / rate.timespan if rate and rate.timespan else None
         nodes = self.workflow.resource_settings.nodes
         jobs = nodes if isinstance(nodes, int) and nodes < sys.maxsize else None
-        hint = speed_hint(scheduling.scheduler, jobs, per_second, self._total_cpus)
+        hint = speed_hint(
+            scheduling.scheduler, jobs, per_second, self._total_cpus, scheduling.subsample
+        )
         if hint:
             self.logger.info(f"dask-slurm: hint: {hint}")
 

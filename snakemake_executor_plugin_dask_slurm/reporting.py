@@ -56,16 +56,25 @@ def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> st
 
 #: What makes Snakemake's own job selection fast for thousands of short jobs (measured in
 #: docs/benchmarks.md): Dask does the queueing, Snakemake hands over every ready job.
-FAST_SETTINGS = "--jobs unlimited --scheduler greedy --max-jobs-per-timespan 100000/1s"
+FAST_SETTINGS = (
+    "--jobs unlimited --scheduler greedy --scheduler-subsample 500 "
+    "--max-jobs-per-timespan 100000/1s"
+)
 
 
 def speed_hint(
-    scheduler: str, jobs: int | None, max_jobs_per_second: float | None, cpus: int
+    scheduler: str,
+    jobs: int | None,
+    max_jobs_per_second: float | None,
+    cpus: int,
+    subsample: int | None = 500,
 ) -> str | None:
     """A one-line hint when Snakemake's settings will slow a farm of short jobs."""
     slow = []
     if scheduler == "ilp":
         slow.append("the ILP job scheduler (costly per job)")
+    elif subsample is None and jobs is None:
+        slow.append("the greedy job scheduler over every ready job (quadratic)")
     if jobs is not None and jobs < 4 * cpus:
         slow.append(f"--jobs {jobs} for {cpus} worker CPUs")
     if max_jobs_per_second is not None and max_jobs_per_second <= 100:

@@ -79,3 +79,11 @@ def test_speed_hint(
         assert hint is None
     else:
         assert hint is not None and names in hint and FAST_SETTINGS in hint
+
+
+def test_speed_hint_wants_a_subsample_for_unlimited_jobs() -> None:
+    from snakemake_executor_plugin_dask_slurm.reporting import speed_hint
+
+    hint = speed_hint("greedy", None, 100000.0, 16, subsample=None)
+    assert hint is not None and "--scheduler-subsample 500" in hint
+    assert speed_hint("greedy", None, 100000.0, 16, subsample=500) is None
