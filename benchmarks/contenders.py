@@ -1,0 +1,99 @@
+"""The contenders: how each one runs a workflow, as Snakemake arguments.
+
+Every contender runs the same generated workflow through the same wrapper
+(``instrumented_snakemake.py``), so they differ only in the arguments below and in
+whether they run inside a SLURM allocation on the project's test cluster.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: What the plugin's docs recommend for many thin rules (see docs/benchmarks.md).
+RECOMMENDED = (
+    "--jobs",
+    "unlimited",
+    "--scheduler",
+    "greedy",
+    "--max-jobs-per-timespan",
+    "100000/1s",
+)
+#: salloc arguments for the contenders that run inside an allocation.
+SALLOC_ARGS = ("-N3", "--exclusive")
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str
+    description: str
+    #: Snakemake arguments; "{cores}" and "{slots}" are replaced when the run is built.
+    args: tuple[str, ...]
+    in_allocation: bool = False
+    #: The dask-slurm executor runs, so the wrapper's timestamps apply.
+    dask: bool = False
+    #: Runs each rule through a fresh Snakemake: run at most this many rules.
+    max_rules: int | None = None
+
+    def snakemake_args(self, cores: int, slots: int) -> list[str]:
+        return [a.format(cores=cores, slots=slots) for a in self.args]
+
+
+CONTENDERS = (
+    Contender(
+        "local-default",
+        "Snakemake's local executor, --cores {cores}, default (ilp) scheduler",
+        ("--cores", "{cores}"),
+    ),
+    Contender(
+        "local-greedy",
+        "Snakemake's local executor, --cores {cores} --scheduler greedy",
+        ("--cores", "{cores}", "--scheduler", "greedy"),
+    ),
+    Contender(
+        "dask-local",
+        "dask-slurm, local cluster, plain --jobs {cores}",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", "--jobs", "{cores}"),
+        dask=True,
+    ),
+    Contender(
+        "dask-local-rec",
+        "dask-slurm, local cluster, recommended settings",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", *RECOMMENDED),
+        dask=True,
+    ),
+    Contender(
+        "dask-srun",
+        "dask-slurm, srun cluster in salloc -N3 --exclusive, plain --jobs {slots}",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "srun", "--jobs", "{slots}"),
+        in_allocation=True,
+        dask=True,
+    ),
+    Contender(
+        "dask-srun-rec",
+        "dask-slurm, srun cluster in salloc -N3 --exclusive, recommended settings",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "srun", *RECOMMENDED),
+        in_allocation=True,
+        dask=True,
+    ),
+    Contender(
+        "jobstep",
+        "snakemake-executor-plugin-slurm-jobstep in salloc -N3 --exclusive, --jobs {slots}",
+        ("--executor", "slurm-jobstep", "--jobs", "{slots}"),
+        in_allocation=True,
+        max_rules=30,
+    ),
+)
+BY_NAME = {c.name: c for c in CONTENDERS}
+LOCAL_NAMES = tuple(c.name for c in CONTENDERS if not c.in_allocation)
+
+
+def parse_contenders(text: str) -> list[Contender]:
+    """``"local-greedy,dask-local"`` -> those contenders; unknown names are refused."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        raise ValueError(
+            f"Unknown contender(s): {', '.join(unknown)}. Valid contenders are: "
+            f"{', '.join(BY_NAME)}."
+        )
+    return [BY_NAME[n] for n in names]

@@ -1,0 +1,116 @@
+"""Run Snakemake with timestamps recorded around the dask-slurm executor (benchmark only).
+
+Usage: ``python benchmarks/instrumented_snakemake.py <snakemake arguments>``, with
+``DASK_SLURM_BENCH_EVENTS=<file>`` in the environment. Without that variable this is
+plain Snakemake.
+
+The plugin records no timings itself, so this wrapper patches a few of its methods in
+this process, before Snakemake loads the plugin (the same module objects, so the same
+classes). Each hook appends one tuple to a list (a ``time.time()`` call and an append,
+about a microsecond); the list is written out once, when Snakemake exits. The workers'
+side (when each task started and finished) is recorded by ``worker_timestamps.py``, a
+worker preload; all nodes of the test cluster share this machine's clock.
+
+Lines written (tab-separated):
+
+``init t``                         executor construction begins (plugin start)
+``ready t slots``                  ``__post_init__`` returned: every worker registered
+``cluster_start seconds``          the cluster source's own ``start()`` duration
+``submit key t``                   ``run_job`` was entered for the job with this key
+``told key ok t``                  Snakemake was told (report_job_success/error returned)
+``shutdown t_enter t_exit``        the executor's ``shutdown()``
+``cluster_close seconds``          the cluster source's own ``close()`` duration
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+EVENTS_ENV = "DASK_SLURM_BENCH_EVENTS"
+
+_events: list[tuple[Any, ...]] = []
+
+
+def _write_events(path: str) -> None:
+    with open(path, "w") as f:
+        for event in _events:
+            f.write("\t".join(map(str, event)) + "\n")
+
+
+def _patch_executor() -> None:
+    from snakemake_executor_plugin_dask_slurm import cluster, executor
+
+    cls: Any = executor.Executor
+    record = _events.append
+    now = time.time
+    orig_init: Callable[..., None] = cls.__init__
+    orig_post_init: Callable[..., None] = cls.__post_init__
+    orig_run_job: Callable[..., None] = cls.run_job
+    orig_report: Callable[..., None] = cls._report
+    orig_shutdown: Callable[..., None] = cls.shutdown
+
+    def __init__(self: Any, workflow: Any, logger: Any) -> None:
+        record(("init", now()))
+        orig_init(self, workflow, logger)
+
+    def __post_init__(self: Any) -> None:
+        orig_post_init(self)
+        t = now()
+        workers = self._source.client.scheduler_info(n_workers=-1)["workers"].values()
+        record(("ready", t, sum(w["nthreads"] for w in workers)))
+
+    def run_job(self: Any, job: Any) -> None:
+        t = now()
+        orig_run_job(self, job)
+        record(("submit", self.job_key(job), t))
+
+    def _report(self: Any, finished: Any) -> None:
+        orig_report(self, finished)
+        record(("told", finished.key, finished.ok, now()))
+
+    def shutdown(self: Any) -> None:
+        t = now()
+        orig_shutdown(self)
+        record(("shutdown", t, now()))
+
+    cls.__init__, cls.__post_init__, cls.run_job = __init__, __post_init__, run_job
+    cls._report, cls.shutdown = _report, shutdown
+
+    pc: Any = cluster.ProcessCluster
+    orig_start: Callable[..., Any] = pc.start
+    orig_close: Callable[..., None] = pc.close
+
+    def start(self: Any) -> Any:
+        t = time.monotonic()
+        client = orig_start(self)
+        record(("cluster_start", time.monotonic() - t))
+        return client
+
+    def close(self: Any) -> None:
+        t = time.monotonic()
+        orig_close(self)
+        record(("cluster_close", time.monotonic() - t))
+
+    pc.start, pc.close = start, close
+
+
+def main() -> None:
+    path = os.environ.get(EVENTS_ENV)
+    if path:
+        _patch_executor()
+    from snakemake.cli import main as snakemake_main
+
+    sys.argv[0] = "snakemake"
+    try:
+        snakemake_main()
+    finally:
+        if path:
+            _write_events(path)
+
+
+if __name__ == "__main__":
+    main()
