@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: What the plugin's docs recommend for many thin rules (see docs/benchmarks.md).
+#: What the plugin recommends for many thin rules (``reporting.FAST_SETTINGS``,
+#: docs/further.md "Fast thin jobs").
 RECOMMENDED = (
     "--jobs",
     "unlimited",
     "--scheduler",
     "greedy",
+    "--scheduler-subsample",
+    "500",
     "--max-jobs-per-timespan",
     "100000/1s",
 )

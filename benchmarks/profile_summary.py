@@ -26,11 +26,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-#: (phase, function name as py-spy prints it), matched root first; the first hit wins.
+PLUGIN = "snakemake_executor_plugin_dask_slurm/"
+#: (phase, start of "function (file" as py-spy prints a frame); the first hit wins.
 PHASES = (
-    ("executor start-up (cluster bring-up)", "Executor.__post_init__"),
-    ("executor shutdown (teardown)", "Executor.shutdown"),
-    ("plugin run_job (submission)", "Executor.run_job"),
+    ("executor start-up (cluster bring-up)", f"Executor.__post_init__ ({PLUGIN}"),
+    ("executor shutdown (teardown)", f"Executor.shutdown ({PLUGIN}"),
+    ("plugin run_job (submission)", f"Executor.run_job ({PLUGIN}"),
     ("Snakemake run_job_pre (job info logging)", "AbstractExecutor.run_job_pre"),
     ("Snakemake _finish_jobs (post-processing)", "JobScheduler._finish_jobs"),
     ("Snakemake job selection", "JobScheduler.job_selector"),
@@ -89,9 +90,8 @@ def source(frame: str) -> str:
 
 
 def phase(stack: Stack) -> str:
-    names = [function(f) for f in stack.frames]
     for label, name in PHASES:
-        if any(n.startswith(name) for n in names):
+        if any(f.startswith(name) for f in stack.frames):
             return label
     return "other (imports, start-up, native)"
 
@@ -118,23 +118,24 @@ def inclusive(stacks: Sequence[Stack]) -> Counter[str]:
     return counts
 
 
-#: Functions whose direct callees are listed (where their time goes).
+#: Functions whose direct callees are listed (where their time goes), as PHASES.
 BREAKDOWNS = (
-    "Executor.run_job",
-    "JobCommandBuilder.build",
-    "JobScheduler._finish_jobs",
-    "AbstractExecutor.run_job_pre",
+    f"Executor.run_job ({PLUGIN}",
+    f"Dispatcher.submit ({PLUGIN}",
+    f"JobCommandBuilder._direct ({PLUGIN}",
+    "JobScheduler._finish_jobs.<locals>.postprocess (",
+    "AbstractExecutor.run_job_pre (",
 )
 
 
-def callees(stacks: Sequence[Stack], name: str, depth: int = 1) -> Counter[str]:
-    """Samples below the first frame named ``name``, by the function ``depth`` below it."""
+def callees(stacks: Sequence[Stack], name: str) -> Counter[str]:
+    """Samples below the first frame starting with ``name``, by the function below it."""
     counts: Counter[str] = Counter()
     for stack in stacks:
-        names = [function(f) for f in stack.frames]
-        if name not in names:
+        index = next((i for i, f in enumerate(stack.frames) if f.startswith(name)), None)
+        if index is None:
             continue
-        below = stack.frames[names.index(name) + depth :]
+        below = stack.frames[index + 1 :]
         label = f"{function(below[0])} ({source(below[0])})" if below else "(itself)"
         counts[label] += stack.count
     return counts
@@ -161,7 +162,8 @@ def summarize(stacks: Sequence[Stack], top: int) -> str:
     for name in BREAKDOWNS:
         below = callees(main, name)
         if below:
-            lines += [f"\nmain thread, inside {name} ({100 * below.total() / main_total:.1f} %):"]
+            share = 100 * below.total() / main_total
+            lines += [f"\nmain thread, inside {name.split(' (')[0]} ({share:.1f} %):"]
             lines += percent_table(below, main_total, 12)
     lines += [f"\nmain thread, top {top} functions (inclusive):"]
     lines += percent_table(inclusive(main), main_total, top)

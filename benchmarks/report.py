@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -167,9 +168,19 @@ def markdown(meta: dict[str, Any], results: Sequence[RunResult], plots: Sequence
         c = BY_NAME.get(name)
         argv = next((r.argv for r in results if r.contender == name and r.argv), [])
         desc = c.description.format(cores=meta["cores"], slots="N") if c else name
-        lines.append(f"- **{name}**: {desc}. `{' '.join(argv[-12:])}`")
+        lines.append(f"- **{name}**: {desc}: `{command_line(argv)}`")
     lines += ["", *(f"![{p}]({p})" for p in plots)]
     return "\n".join(lines) + "\n"
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """``[salloc ... ]snakemake <args>``: the wrapper shown as the Snakemake it runs."""
+    wrapper = next((i for i, a in enumerate(argv) if a.endswith("instrumented_snakemake.py")), None)
+    if wrapper is None:
+        return shlex.join(argv)
+    before = [a for a in argv[: wrapper - 1] if not a.startswith("--job-name=")]
+    prefix = shlex.join(before) + " " if before and before[0] == "salloc" else ""
+    return prefix + shlex.join(["snakemake", *argv[wrapper + 1 :]])
 
 
 def revision_lines(results: Sequence[RunResult]) -> list[str]:
@@ -203,11 +214,23 @@ def plot(
             for r in rows
             if r.workload == "thin" and r.contender == name and rules_per_second(r)
         ]
+        color = None
         if points:
             xs, ys = zip(*points, strict=True)
-            ax.plot(xs, ys, marker="o", label=name)
+            (line,) = ax.plot(xs, ys, marker="o", label=name)
+            color = line.get_color()
+        stopped = [
+            (r.rules, r.outputs_correct / r.wall_seconds)
+            for row in rows
+            if row.workload == "thin" and row.contender == name and not row.ok_runs
+            for r in row.runs[:1]
+            if r.wall_seconds and r.outputs_correct
+        ]
+        for x, y in stopped:  # stopped or timed out: its rate until then, an upper bound
+            ax.plot([x], [y], marker="v", linestyle="none", color=color, alpha=0.6)
+            color = color or ax.lines[-1].get_color()
     ax.set(xscale="log", yscale="log", xlabel="thin rules (N)", ylabel="rules per second")
-    ax.set_title("Throughput on thin rules (higher is better)")
+    ax.set_title("Throughput on thin rules (higher is better; ▼ = stopped, rate until then)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

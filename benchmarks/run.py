@@ -292,6 +292,8 @@ class Runner:
 
 
 def one_line(r: RunResult) -> str:
+    if r.status.startswith("skipped"):
+        return f"{r.run_id}: {r.status}"
     rate = r.rules_per_second
     figures = f"wall {r.wall_seconds or 0:.1f} s" + (f", {rate:.1f} rules/s" if rate else "")
     lat = r.latency.get("submit_to_start")

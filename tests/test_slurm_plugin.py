@@ -7,7 +7,9 @@ no scheduler file.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.conftest import VENV_BIN, WORKFLOWS, Run
+from tests.conftest import VENV_BIN, WORKFLOWS, Run, wait_until_gone
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -243,6 +245,7 @@ def test_scancel_of_the_allocation_leaves_nothing(
          SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
         env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # so that a failure below can end salloc *and* Snakemake
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
@@ -256,13 +259,17 @@ def test_scancel_of_the_allocation_leaves_nothing(
         took = time.monotonic() - cancelled
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     # salloc does not end its command when the allocation goes: the plugin notices its
     # srun steps died, fails the running jobs and stops.
     assert proc.returncode != 0
     assert "the Dask cluster broke: the srun step for" in output, output
     assert took < 30, f"{took:.1f} s"
+    # The workers on the nodes belong to the cancelled job: SLURM itself ends them,
+    # with SIGKILL at the latest after KillWait (30 s by default).
+    left = wait_until_gone(no_leftovers, str(tmp_path), timeout=45)
+    assert not left, left
 
 
 MEMORY = """
