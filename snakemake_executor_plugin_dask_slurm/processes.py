@@ -72,16 +72,6 @@ def kill_session(sid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclass
 class ManagedProcess:
     """A process the plugin started and must stop."""
@@ -153,7 +143,8 @@ class ManagedProcess:
             self.proc.wait(5.0)
         kill_session(pgid)  # a session leader's pid is also its session id
         deadline = time.monotonic() + 2.0
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        # session_members skips zombies, which PID 1 may reap only seconds later
+        while session_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.02)
         self._closed = True
 
