@@ -1,9 +1,10 @@
 """Turn the wrapper's timestamps into the figures: latencies, bring-up, teardown.
 
-Per job, four instants are known: ``submit`` (Snakemake entered the executor's
-``run_job``; from the wrapper), ``started``/``finished`` (the worker's ``run_task`` began /
-returned; from the worker preload) and ``told`` (the executor's report to Snakemake
-returned; from the wrapper).
+Per job, six instants are known: ``submit`` (Snakemake handed the job to the executor,
+``run_job_pre``; from the wrapper), ``started``/``finished`` (the worker's ``run_task``
+began / returned; from the worker preload), ``noticed`` (Dask told the executor: its
+done-callback ran), ``reporting`` (the executor's status thread began its report) and
+``told`` (that report to Snakemake returned); all but the worker's from the wrapper.
 
 *Submission -> task start* counts only the time the executor adds. With ``-j unlimited``
 every job is submitted at once and most of them wait in Dask's queue for a free thread:
@@ -11,7 +12,13 @@ that wait is the workload's, not the executor's. So each job's latency is measur
 the later of its submission and the moment a worker thread became free for it, found by
 replaying the recorded task spans on the cluster's ``slots`` threads in start order (a
 task takes the thread that was freed earliest). ``raw`` keeps the plain
-``started - submit`` as well. *Task end -> Snakemake told* is ``told - finished``.
+``started - submit`` as well. *Task end -> Snakemake told* is ``told - finished``; it is
+split into *task end -> noticed* (the worker's completion message through the scheduler to
+the client, and Dask's callback thread), *noticed -> reporting* (waking the executor's
+status thread, and waiting behind the reports before it) and *reporting -> told* (the
+report itself, which waits for Snakemake's scheduler lock; Snakemake holds that lock while
+it post-processes a batch of finished jobs, so the jobs reported after a blocked one queue
+up behind it).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ class Events:
     cluster_close: float | None = None
     shutdown: tuple[float, float] | None = None
     submits: dict[str, float] = field(default_factory=dict)
+    noticed: dict[str, float] = field(default_factory=dict)
+    reporting: dict[str, float] = field(default_factory=dict)
     told: dict[str, float] = field(default_factory=dict)
     failed: int = 0
     #: key -> (started, finished) on the worker
@@ -77,6 +86,10 @@ def parse_events(path: Path, worker_dir: Path) -> Events:
             events.shutdown = (float(rest[0]), float(rest[1]))
         elif kind == "submit":
             events.submits[rest[0]] = float(rest[1])
+        elif kind == "noticed":
+            events.noticed[rest[0]] = float(rest[1])
+        elif kind == "reporting":
+            events.reporting[rest[0]] = float(rest[1])
         elif kind == "told":
             key, ok, told = rest
             events.told[key] = float(told)
@@ -148,6 +161,20 @@ def report_latencies(events: Events) -> list[float]:
         if task is not None:
             found.append(told - task[1])
     return found
+
+
+def notice_latencies(events: Events) -> list[float]:
+    found = []
+    for key, noticed in events.noticed.items():
+        task = events.tasks.get(key)
+        if task is not None:
+            found.append(noticed - task[1])
+    return found
+
+
+def intervals(start: dict[str, float], end: dict[str, float]) -> list[float]:
+    """``end - start`` for every key in both."""
+    return [t - start[key] for key, t in end.items() if key in start]
 
 
 def makespan(task_spans: Sequence[tuple[float, float]]) -> float | None:

@@ -16,8 +16,13 @@ Lines written (tab-separated):
 ``init t``                         executor construction begins (plugin start)
 ``ready t slots``                  ``__post_init__`` returned: every worker registered
 ``cluster_start seconds``          the cluster source's own ``start()`` duration
-``submit key t``                   ``run_job`` was entered for the job with this key
-``told key ok t``                  Snakemake was told (report_job_success/error returned)
+``submit key t``                   Snakemake handed the job over (``run_job_pre``, called for
+                                   each job of a round just before it is submitted)
+``noticed key t``                  Dask told the executor the task ended (the dispatcher's
+                                   done-callback ran, on Dask's callback thread)
+``reporting key t``                the executor's status thread began reporting it (``_report``)
+``told key ok t``                  Snakemake was told (report_job_success/error returned;
+                                   waits for Snakemake's scheduler lock)
 ``shutdown t_enter t_exit``        the executor's ``shutdown()``
 ``cluster_close seconds``          the cluster source's own ``close()`` duration
 """
@@ -42,14 +47,14 @@ def _write_events(path: str) -> None:
 
 
 def _patch_executor() -> None:
-    from snakemake_executor_plugin_dask_slurm import cluster, executor
+    from snakemake_executor_plugin_dask_slurm import cluster, dispatch, executor
 
     cls: Any = executor.Executor
     record = _events.append
     now = time.time
     orig_init: Callable[..., None] = cls.__init__
     orig_post_init: Callable[..., None] = cls.__post_init__
-    orig_run_job: Callable[..., None] = cls.run_job
+    orig_run_job_pre: Callable[..., None] = cls.run_job_pre
     orig_report: Callable[..., None] = cls._report
     orig_shutdown: Callable[..., None] = cls.shutdown
 
@@ -63,12 +68,12 @@ def _patch_executor() -> None:
         workers = self._source.client.scheduler_info(n_workers=-1)["workers"].values()
         record(("ready", t, sum(w["nthreads"] for w in workers)))
 
-    def run_job(self: Any, job: Any) -> None:
-        t = now()
-        orig_run_job(self, job)
-        record(("submit", self.job_key(job), t))
+    def run_job_pre(self: Any, job: Any) -> None:
+        record(("submit", self.job_key(job), now()))
+        orig_run_job_pre(self, job)
 
     def _report(self: Any, finished: Any) -> None:
+        record(("reporting", finished.key, now()))
         orig_report(self, finished)
         record(("told", finished.key, finished.ok, now()))
 
@@ -77,8 +82,17 @@ def _patch_executor() -> None:
         orig_shutdown(self)
         record(("shutdown", t, now()))
 
-    cls.__init__, cls.__post_init__, cls.run_job = __init__, __post_init__, run_job
+    cls.__init__, cls.__post_init__, cls.run_job_pre = __init__, __post_init__, run_job_pre
     cls._report, cls.shutdown = _report, shutdown
+
+    dispatcher: Any = dispatch.Dispatcher
+    orig_on_done: Callable[..., None] = dispatcher._on_done
+
+    def _on_done(self: Any, future: Any) -> None:
+        record(("noticed", str(future.key), now()))
+        orig_on_done(self, future)
+
+    dispatcher._on_done = _on_done
 
     pc: Any = cluster.ProcessCluster
     orig_start: Callable[..., Any] = pc.start

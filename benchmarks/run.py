@@ -284,6 +284,9 @@ class Runner:
             "submit_to_start": analysis.start_latencies(jobs, events.slots or 1),
             "submit_to_start_raw": analysis.raw_start_latencies(jobs),
             "end_to_told": analysis.report_latencies(events),
+            "end_to_noticed": analysis.notice_latencies(events),
+            "noticed_to_reporting": analysis.intervals(events.noticed, events.reporting),
+            "reporting_to_told": analysis.intervals(events.reporting, events.told),
         }
         result.latency = {name: analysis.summarize(v) for name, v in samples.items()}
         self.samples[result.run_id] = {
@@ -299,6 +302,10 @@ def one_line(r: RunResult) -> str:
     lat = r.latency.get("submit_to_start")
     if lat and lat.get("p50_ms") is not None:
         figures += f", submit→start p50 {lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms"
+    for name, label in (("end_to_noticed", "end→noticed"), ("end_to_told", "end→told")):
+        lat = r.latency.get(name)
+        if lat and lat.get("p50_ms") is not None:
+            figures += f", {label} p50 {lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms"
     if r.leftovers:
         figures += f", LEFT {len(r.leftovers)} PROCESS(ES) RUNNING (ended by the harness)"
     return f"{r.run_id}: {r.status}; {figures}"

@@ -1,6 +1,6 @@
 """The Snakemake executor: settings in, calls into the layers below.
 
-Threading (see docs/architecture.md): ``run_job`` runs on Snakemake's scheduling thread
+Threading (see docs/architecture.md): ``run_jobs`` runs on Snakemake's scheduling thread
 and must not block; ``check_active_jobs`` and ``sleep`` run on the base class's status
 thread, which starts *before* ``__post_init__`` — so everything they touch is set in
 ``__init__`` before the base class starts that thread. Stopping every job at once (SIGTERM,
@@ -39,6 +39,11 @@ from .validation import RunConfig, resolve
 STATUS_INTERVAL = 1.0
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5
+#: A scheduling round goes to Dask in chunks: one graph update per chunk (and resource
+#: request), sent when it holds CHUNK_JOBS jobs or its first job has waited CHUNK_SECONDS,
+#: so that the first tasks of a large round start at once.
+CHUNK_JOBS = 64
+CHUNK_SECONDS = 0.02
 
 
 class Executor(RemoteExecutor):
@@ -70,7 +75,7 @@ class Executor(RemoteExecutor):
             base_env=self.envvars(),
             direct_shell=self.config.direct_shell,
             format_job_exec=self.format_job_exec,
-            prepare=lambda job: self.workflow.async_run(job.prepare()),
+            run_async=self.workflow.async_run,
         )
         source = make_source(self.config, log_dir, self.logger)
         self.logger.info(f"dask-slurm: {self.config.cluster} ({self.config.cluster_reason})")
@@ -116,32 +121,62 @@ class Executor(RemoteExecutor):
         kind = f"group-{job.name}" if job.is_group() else job.name
         return f"{kind}-{job.jobid}-a{job.attempt}-{self._run_token}"
 
+    def run_jobs(self, jobs: list[JobExecutorInterface]) -> None:
+        """A scheduling round: each job is announced (``run_job_pre``) as Snakemake's
+        default does, and submitted with the other jobs of its chunk."""
+        if self._sigterm is None:
+            self._install_sigterm_handler()
+        chunk: list[JobExecutorInterface] = []
+        flush_at = 0.0
+        for job in jobs:
+            self.run_job_pre(job)
+            if not chunk:
+                flush_at = time.monotonic() + CHUNK_SECONDS
+            chunk.append(job)
+            if len(chunk) >= CHUNK_JOBS or time.monotonic() >= flush_at:
+                self._submit_chunk(chunk)
+                chunk = []
+        if chunk:
+            self._submit_chunk(chunk)
+
     def run_job(self, job: JobExecutorInterface) -> None:
         if self._sigterm is None:
             self._install_sigterm_handler()
-        key = self.job_key(job)
-        job_info = SubmittedJobInfo(job, external_jobid=key)
-        request = job_request(job.threads, job.resources, self._advertised)
-        if not self._capacity.fits(request):
-            self._refuse(job_info, unsatisfiable_message(job_label(job), request, self._capacity))
-            return
-        try:
-            spec, way = self._builder.build(job, key)
-        except Exception as e:
-            self._refuse(job_info, f"{job_label(job)} could not be prepared: {e}\n")
-            return
-        job_info.aux = {"way": way, "log": spec.log_path}
+        self._submit_chunk([job])
+
+    def _submit_chunk(self, jobs: list[JobExecutorInterface]) -> None:
+        """Build, register and submit ``jobs``; refuse, one by one, those that cannot run."""
+        refused: list[tuple[SubmittedJobInfo, str]] = []
+        accepted: list[tuple[SubmittedJobInfo, dict[str, float]]] = []
+        for job in jobs:
+            job_info = SubmittedJobInfo(job, external_jobid=self.job_key(job))
+            request = job_request(job.threads, job.resources, self._advertised)
+            if self._capacity.fits(request):
+                accepted.append((job_info, request))
+            else:
+                msg = unsatisfiable_message(job_label(job), request, self._capacity)
+                refused.append((job_info, msg))
+        built = self._builder.build_many([(info.job, info.external_jobid) for info, _ in accepted])
+        tasks = []
         assert self._dispatcher is not None
         with self._stop_lock:
-            if self._stop_reason:
-                refused = f"{job_label(job)} was not started: {self._stop_reason}\n"
-            else:
-                refused = None
-                self._jobs[key] = job_info
+            for (job_info, request), item in zip(accepted, built, strict=True):
+                label = job_label(job_info.job)
+                if isinstance(item, Exception):
+                    refused.append((job_info, f"{label} could not be prepared: {item}\n"))
+                    continue
+                spec, way = item
+                job_info.aux = {"way": way, "log": spec.log_path}
+                if self._stop_reason:
+                    refused.append((job_info, f"{label} was not started: {self._stop_reason}\n"))
+                    continue
+                self._jobs[spec.key] = job_info
                 self.report_job_submission(job_info)
-                self._dispatcher.submit(spec, request)
-        if refused:
-            self._refuse(job_info, refused)
+                tasks.append((spec, request))
+            if tasks:
+                self._dispatcher.submit_many(tasks)
+        for job_info, msg in refused:
+            self._refuse(job_info, msg)
 
     def _refuse(self, job_info: SubmittedJobInfo, msg: str) -> None:
         self.report_job_submission(job_info, register_job=False)

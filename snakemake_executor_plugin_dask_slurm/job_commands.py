@@ -16,7 +16,8 @@ to 9.x for it and the tests run the same rules both ways.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,16 @@ def shell_argv(command: str, wrapper: tuple[str, str, str]) -> tuple[str, ...]:
     return (executable, "-c", " ".join((prefix, command, suffix)).strip())
 
 
+async def prepare_all(jobs: Sequence[Any]) -> list[BaseException | None]:
+    """``job.prepare()`` for every job, in one event-loop run; each job's error or None."""
+    results = await asyncio.gather(*(job.prepare() for job in jobs), return_exceptions=True)
+    return [r if isinstance(r, BaseException) else None for r in results]
+
+
+#: A built job: its spec and way ("direct" or "general"), or why it could not be built.
+Built = tuple[TaskSpec, str] | Exception
+
+
 @dataclass
 class JobCommandBuilder:
     """Builds task specs for one run; caches the per-rule eligibility decision."""
@@ -122,7 +133,8 @@ class JobCommandBuilder:
     base_env: Mapping[str, str]
     direct_shell: bool
     format_job_exec: Callable[[Any], str]
-    prepare: Callable[[Any], None]
+    #: Runs a coroutine to completion on Snakemake's side (``workflow.async_run``).
+    run_async: Callable[[Awaitable[Any]], Any]
 
     def __post_init__(self) -> None:
         self._rule_blockers: dict[str, tuple[str, ...]] = {}
@@ -146,8 +158,29 @@ class JobCommandBuilder:
             found = self._rule_blockers[name] = blockers(rule_facts(job, self.workflow))
         return found
 
-    def build(self, job: Any, key: str) -> tuple[TaskSpec, str]:
-        """The task spec for ``job`` and which way it runs ("direct" or "general")."""
+    def build_many(self, jobs: Sequence[tuple[Any, str]]) -> list[Built]:
+        """Build each (job, key); the direct way's jobs are prepared together, in one
+        event-loop run (``job.prepare()`` is a coroutine)."""
+        built: list[Built] = []
+        to_prepare: list[tuple[int, Any]] = []
+        for job, key in jobs:
+            try:
+                item = self._draft(job, key)
+            except Exception as e:
+                built.append(e)
+                continue
+            if item[1] == "direct":
+                to_prepare.append((len(built), job))
+            built.append(item)
+        if to_prepare:
+            errors = self.run_async(prepare_all([job for _, job in to_prepare]))
+            for (index, _), error in zip(to_prepare, errors, strict=True):
+                if error is not None:
+                    built[index] = error if isinstance(error, Exception) else RuntimeError(error)
+        return built
+
+    def _draft(self, job: Any, key: str) -> tuple[TaskSpec, str]:
+        """The spec and way of ``job``, before a direct-way job is prepared."""
         if not self.direct_blockers(job):
             spec = self._direct(job, key)
             if spec is not None:
@@ -165,7 +198,6 @@ class JobCommandBuilder:
         tmpdir, tmpdir_expression = job_tmpdir(job)
         if blockers(job_facts(job, command, tmpdir_expression)):
             return None
-        self.prepare(job)
         env = self._thread_env.get(job.threads)
         if env is None:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)

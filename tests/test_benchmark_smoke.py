@@ -38,7 +38,13 @@ def test_smoke_mode_reports_every_local_contender(tmp_path: Path, no_leftovers: 
         assert not run["leftovers"], run
         if run["contender"] in DASK_CONTENDERS:
             assert run["latency"]["submit_to_start"]["count"] == run["rules"], run
-            assert run["latency"]["end_to_told"]["count"] == run["rules"], run
+            for name in (
+                "end_to_told",
+                "end_to_noticed",
+                "noticed_to_reporting",
+                "reporting_to_told",
+            ):
+                assert run["latency"][name]["count"] == run["rules"], (name, run)
             assert run["bringup_seconds"] is not None and run["teardown_seconds"] is not None
             assert run["scheduler_peak_rss_mb"], run
 

@@ -132,6 +132,23 @@ def test_command_not_found_is_named(workflow: Workflow) -> None:
     assert "exited with code 127 (command not found)" in run.output, run
 
 
+@pytest.mark.workflow("fail")
+def test_a_job_that_cannot_be_prepared_fails_alone(workflow: Workflow) -> None:
+    # out/2 is a file where job 2 needs a directory: its job.prepare() fails while the
+    # other jobs of the same scheduling round are submitted with it.
+    (workflow.path / "Snakefile").write_text(
+        'rule all:\n    input: expand("out/{i}/x.txt", i=range(5))\n'
+        'rule make:\n    output: "out/{i}/x.txt"\n    shell: "echo {wildcards.i} > {output}"\n'
+    )
+    (workflow.path / "out").mkdir()
+    (workflow.path / "out/2").write_text("in the way\n")
+    run = workflow.snakemake("--jobs", "unlimited", "--scheduler", "greedy", "--keep-going")
+    assert run.returncode == 1, run
+    assert "could not be prepared: [Errno 20] Not a directory: 'out/2/x.txt'" in run.output, run
+    for i in (0, 1, 3, 4):
+        assert workflow.read(f"out/{i}/x.txt") == f"{i}\n"
+
+
 def interrupt_sleepers(
     workflow: Workflow, sig: signal.Signals, target: Callable[[int], int] = lambda pid: pid
 ) -> tuple[int, str, float]:

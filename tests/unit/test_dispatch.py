@@ -58,6 +58,26 @@ def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
     assert dispatcher.drain() == []
 
 
+def test_submit_many_groups_by_request_and_reports_every_job(
+    client: Client, tmp_path: Path
+) -> None:
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set)
+    small = [
+        (spec(tmp_path, f"small-{i}", f"echo {i} > small-{i}.out"), {"cpus": 1}) for i in range(5)
+    ]
+    big = [(spec(tmp_path, "big-0", "echo $((2+2)) > big-0.out; exit 4"), {"cpus": 4})]
+    dispatcher.submit_many(small[:2] + big + small[2:])
+    results = wait_for(dispatcher, 6, woken)
+    assert [r.key for r in results] == ["big-0"] + [f"small-{i}" for i in range(5)]
+    assert [r.ok for r in results] == [False] + [True] * 5
+    assert results[0].outcome is not None and results[0].outcome.returncode == 4
+    for i in range(5):
+        assert (tmp_path / f"small-{i}.out").read_text() == f"{i}\n"
+    assert (tmp_path / "big-0.out").read_text() == "4\n"
+    assert dispatcher.drain() == []
+
+
 def test_stop_kills_running_and_never_starts_queued_jobs(client: Client, tmp_path: Path) -> None:
     woken = threading.Event()
     dispatcher = Dispatcher(client, woken.set)
