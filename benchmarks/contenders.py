@@ -21,6 +21,8 @@ RECOMMENDED = (
     "--max-jobs-per-timespan",
     "100000/1s",
 )
+#: Set for a run: the wrapper leaves Snakemake's default general args (no exit-wait cut).
+KEEP_EXIT_WAIT_ENV = "DASK_SLURM_BENCH_KEEP_EXIT_WAIT"
 #: salloc arguments for the contenders that run inside an allocation.
 SALLOC_ARGS = ("-N3", "--exclusive")
 
@@ -36,6 +38,8 @@ class Contender:
     dask: bool = False
     #: Runs each rule through a fresh Snakemake: run at most this many rules.
     max_rules: int | None = None
+    #: Extra environment of the run (read by the wrapper, ``instrumented_snakemake.py``).
+    env: tuple[tuple[str, str], ...] = ()
 
     def snakemake_args(self, cores: int, slots: int) -> list[str]:
         return [a.format(cores=cores, slots=slots) for a in self.args]
@@ -63,6 +67,37 @@ CONTENDERS = (
         "dask-slurm, local cluster, recommended settings",
         ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", *RECOMMENDED),
         dask=True,
+    ),
+    Contender(
+        "dask-local-general",
+        "dask-slurm, local cluster, recommended settings, every rule the general way "
+        "(a Snakemake per rule: --dask-slurm-no-direct-shell)",
+        (
+            "--executor",
+            "dask-slurm",
+            "--dask-slurm-cluster",
+            "local",
+            *RECOMMENDED,
+            "--dask-slurm-no-direct-shell",
+        ),
+        dask=True,
+        max_rules=30,
+    ),
+    Contender(
+        "dask-local-general-exitwait",
+        "dask-local-general without the plugin's cut of the spawned Snakemake's exit wait "
+        "(its job-rate limiter's timer, ~1 s)",
+        (
+            "--executor",
+            "dask-slurm",
+            "--dask-slurm-cluster",
+            "local",
+            *RECOMMENDED,
+            "--dask-slurm-no-direct-shell",
+        ),
+        dask=True,
+        max_rules=30,
+        env=((KEEP_EXIT_WAIT_ENV, "1"),),
     ),
     Contender(
         "dask-srun",

@@ -11,6 +11,10 @@ about a microsecond); the list is written out once, when Snakemake exits. The wo
 side (when each task started and finished) is recorded by ``worker_timestamps.py``, a
 worker preload; all nodes of the test cluster share this machine's clock.
 
+With ``DASK_SLURM_BENCH_KEEP_EXIT_WAIT=1`` the executor's ``additional_general_args`` is
+the base class's (no ``--max-jobs-per-timespan 100000/0s`` for the Snakemake a general-way
+job starts), to measure the exit wait that argument cuts.
+
 Lines written (tab-separated):
 
 ``init t``                         executor construction begins (plugin start)
@@ -36,6 +40,8 @@ from collections.abc import Callable
 from typing import Any
 
 EVENTS_ENV = "DASK_SLURM_BENCH_EVENTS"
+#: Set: leave Snakemake's own general args (the spawned Snakemake's exit wait stays).
+KEEP_EXIT_WAIT_ENV = "DASK_SLURM_BENCH_KEEP_EXIT_WAIT"
 
 _events: list[tuple[Any, ...]] = []
 
@@ -83,6 +89,8 @@ def _patch_executor() -> None:
         record(("shutdown", t, now()))
 
     cls.__init__, cls.__post_init__, cls.run_job_pre = __init__, __post_init__, run_job_pre
+    if os.environ.get(KEEP_EXIT_WAIT_ENV):  # measure what the plugin's cut saves
+        cls.additional_general_args = executor.RemoteExecutor.additional_general_args
     cls._report, cls.shutdown = _report, shutdown
 
     dispatcher: Any = dispatch.Dispatcher

@@ -138,6 +138,27 @@ def farm_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def task_table(rows: Sequence[Row]) -> list[str]:
+    """Time on the worker per thin rule: the job's own command (direct way) or the
+    Snakemake started for it (general way)."""
+    lines = [
+        "| N | contender | on the worker per rule p50 / p99 ms | wall s | status |",
+        "|---:|---|---:|---:|---|",
+    ]
+    for row in rows:
+        if row.workload != "thin" or row.latency("task_duration", "p50_ms") is None:
+            continue
+        cells = [
+            f"{row.rules:,}",
+            row.contender,
+            pair(row.latency("task_duration", "p50_ms"), row.latency("task_duration", "p99_ms")),
+            fmt(row.median(lambda r: r.wall_seconds)),
+            row.status,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(meta: dict[str, Any], results: Sequence[RunResult], plots: Sequence[str]) -> str:
     rows = group(results)
     m = meta["machine"]
@@ -157,6 +178,10 @@ def markdown(meta: dict[str, Any], results: Sequence[RunResult], plots: Sequence
         "## Thin rules",
         "",
         *thin_table(rows),
+        "",
+        "## Time on the worker per rule (direct and general way)",
+        "",
+        *task_table(rows),
         "",
         "## Load-imbalanced task farm",
         "",

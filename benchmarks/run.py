@@ -45,6 +45,7 @@ EVENTS_ENV = "DASK_SLURM_BENCH_EVENTS"
 WORKER_DIR_ENV = "DASK_SLURM_BENCH_WORKER_DIR"
 SMOKE_RULES = 50
 SMOKE_FARM_TASKS = 12
+SMOKE_PER_RULE_SNAKEMAKE_RULES = 3
 #: py-spy: raw (collapsed) stacks of every thread, without pausing the process.
 PY_SPY_ARGS = ("record", "--format", "raw", "--rate", "100", "--threads", "--nonblocking")
 Samples = dict[str, dict[str, list[float]]]
@@ -86,7 +87,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--with-20000", action="store_true", help="add N = 20,000")
     p.add_argument("--farm-tasks", type=int, default=200, help="task-farm size; 0: no farm")
     p.add_argument(
-        "--jobstep-rules", type=int, default=30, help="thin rules for slurm-jobstep (default 30)"
+        "--jobstep-rules",
+        type=int,
+        default=30,
+        help="thin rules for the contenders that start a Snakemake per rule: slurm-jobstep "
+        "and the plugin's general way (default 30)",
     )
     p.add_argument(
         "--contenders",
@@ -105,7 +110,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--smoke",
         action="store_true",
-        help=f"N = {SMOKE_RULES}, a {SMOKE_FARM_TASKS}-task farm, local contenders only",
+        help=f"N = {SMOKE_RULES}, a {SMOKE_FARM_TASKS}-task farm, local contenders only "
+        f"({SMOKE_PER_RULE_SNAKEMAKE_RULES} rules for those that start a Snakemake per rule)",
     )
     p.add_argument("--start-cluster", action="store_true", help="start the SLURM test cluster")
     p.add_argument("--out", type=Path, default=HERE / "results")
@@ -121,19 +127,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def make_plan(args: argparse.Namespace) -> Plan:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     contenders = parse_contenders(args.contenders)
-    farm_tasks, timeout = args.farm_tasks, args.timeout
+    farm_tasks, timeout, few = args.farm_tasks, args.timeout, args.jobstep_rules
     if args.smoke:
         sizes, farm_tasks, timeout = [SMOKE_RULES], min(farm_tasks, SMOKE_FARM_TASKS), 180.0
+        few = SMOKE_PER_RULE_SNAKEMAKE_RULES
         contenders = [c for c in contenders if c.name in LOCAL_NAMES]
     if args.with_20000 and 20000 not in sizes:
         sizes.append(20000)
     workloads = [Workload("thin", n) for n in sorted(sizes)]
     if any(c.max_rules is not None for c in contenders):
-        workloads.insert(0, Workload("thin", args.jobstep_rules))
+        workloads.insert(0, Workload("thin", few))
     if farm_tasks > 0:
         workloads.append(Workload("farm", farm_tasks))
     cores = args.cores or len(os.sched_getaffinity(0))
-    return Plan(workloads, contenders, args.repeats, cores, timeout, args.jobstep_rules)
+    return Plan(workloads, contenders, args.repeats, cores, timeout, few)
 
 
 def status_of(measured: Measured, correct: int, expected: int, timeout: float) -> str:
@@ -213,6 +220,7 @@ class Runner:
             env = dict(self.cluster.env)
         else:
             env = slurm.clean_environment(os.environ)
+        env.update(contender.env)
         if contender.dask:
             env[EVENTS_ENV] = str(events)
             env[WORKER_DIR_ENV] = str(workdir / "worker-tasks")
@@ -268,8 +276,8 @@ class Runner:
             result.ideal_makespan_seconds = ideal_makespan(workload.durations(), result.slots)
 
     def slots(self, contender: Contender) -> int | None:
-        if contender.max_rules is not None:
-            return None  # runs one rule at a time whatever it is given
+        if contender.max_rules is not None and not contender.dask:
+            return None  # slurm-jobstep: one rule at a time whatever it is given
         if contender.in_allocation:
             return self.cluster.cpus if self.cluster else None
         return self.plan.cores
@@ -287,6 +295,7 @@ class Runner:
             "end_to_noticed": analysis.notice_latencies(events),
             "noticed_to_reporting": analysis.intervals(events.noticed, events.reporting),
             "reporting_to_told": analysis.intervals(events.reporting, events.told),
+            "task_duration": [end - start for start, end in events.tasks.values()],
         }
         result.latency = {name: analysis.summarize(v) for name, v in samples.items()}
         self.samples[result.run_id] = {

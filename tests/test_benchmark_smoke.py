@@ -17,7 +17,9 @@ pytestmark = pytest.mark.e2e
 
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 LOCAL_CONTENDERS = ("local-default", "local-greedy", "dask-local", "dask-local-rec")
-DASK_CONTENDERS = ("dask-local", "dask-local-rec")
+#: Start a Snakemake per rule, so they run only a few rules.
+GENERAL_CONTENDERS = ("dask-local-general", "dask-local-general-exitwait")
+DASK_CONTENDERS = ("dask-local", "dask-local-rec", *GENERAL_CONTENDERS)
 SMOKE_WORKLOADS = (("thin", 50), ("farm", 12))
 
 
@@ -28,7 +30,8 @@ def test_smoke_mode_reports_every_local_contender(tmp_path: Path, no_leftovers: 
 
     runs = json.loads((tmp_path / "results.json").read_text())["runs"]
     assert sorted((r["workload"], r["rules"], r["contender"]) for r in runs) == sorted(
-        (kind, n, c) for kind, n in SMOKE_WORKLOADS for c in LOCAL_CONTENDERS
+        [(kind, n, c) for kind, n in SMOKE_WORKLOADS for c in LOCAL_CONTENDERS]
+        + [("thin", 3, c) for c in GENERAL_CONTENDERS]
     )
     for run in runs:
         assert run["status"] == "ok", run
@@ -52,4 +55,7 @@ def test_smoke_mode_reports_every_local_contender(tmp_path: Path, no_leftovers: 
     for contender in LOCAL_CONTENDERS:
         assert f"| 50 | {contender} |" in table
         assert f"| 12 | {contender} |" in table
+    worker_side = table.split("## Time on the worker per rule", 1)[1].split("##", 1)[0]
+    for contender in GENERAL_CONTENDERS:
+        assert f"| 3 | {contender} |" in worker_side
     assert "thin-50-dask-local-rec-r0: ok" in proc.stdout
