@@ -43,6 +43,8 @@ class Events:
     reporting: dict[str, float] = field(default_factory=dict)
     told: dict[str, float] = field(default_factory=dict)
     failed: int = 0
+    #: Snakemake's post-processing rounds: (seconds holding its scheduler lock, jobs)
+    finish_rounds: list[tuple[float, int]] = field(default_factory=list)
     #: key -> (started, finished) on the worker
     tasks: dict[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -82,6 +84,8 @@ def parse_events(path: Path, worker_dir: Path) -> Events:
             events.cluster_start = float(rest[0])
         elif kind == "cluster_close":
             events.cluster_close = float(rest[0])
+        elif kind == "finish_jobs":
+            events.finish_rounds.append((float(rest[1]) - float(rest[0]), int(rest[2])))
         elif kind == "shutdown":
             events.shutdown = (float(rest[0]), float(rest[1]))
         elif kind == "submit":

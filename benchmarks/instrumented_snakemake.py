@@ -27,6 +27,8 @@ Lines written (tab-separated):
 ``reporting key t``                the executor's status thread began reporting it (``_report``)
 ``told key ok t``                  Snakemake was told (report_job_success/error returned;
                                    waits for Snakemake's scheduler lock)
+``finish_jobs t_enter t_exit jobs``  Snakemake post-processed ``jobs`` finished jobs, holding
+                                   its scheduler lock (which every report waits for)
 ``shutdown t_enter t_exit``        the executor's ``shutdown()``
 ``cluster_close seconds``          the cluster source's own ``close()`` duration
 """
@@ -101,6 +103,19 @@ def _patch_executor() -> None:
         orig_on_done(self, future)
 
     dispatcher._on_done = _on_done
+
+    from snakemake.scheduling import job_scheduler
+
+    scheduler: Any = job_scheduler.JobScheduler
+    orig_finish_jobs: Callable[..., None] = scheduler._finish_jobs
+
+    def _finish_jobs(self: Any) -> None:
+        t, jobs = now(), len(self._tofinish)
+        orig_finish_jobs(self)
+        if jobs:
+            record(("finish_jobs", t, now(), jobs))
+
+    scheduler._finish_jobs = _finish_jobs
 
     pc: Any = cluster.ProcessCluster
     orig_start: Callable[..., Any] = pc.start

@@ -7,10 +7,10 @@ The input is py-spy's ``--format raw --threads`` output: one line per distinct s
 ``function (file:line)``. py-spy samples only threads that are not idle, so the counts
 say where the process spends CPU. Three views:
 
-* per thread (the main thread runs Snakemake's scheduler and the executor's ``run_job``;
+* per thread (the main thread runs Snakemake's scheduler and the executor's ``run_jobs``;
   "IO loop" is the Dask client's event loop; ``_wait_thread`` is the status loop);
 * the main thread by *phase* (the outermost known function on the stack: Snakemake's job
-  selection, its ``run_job_pre`` logging, the plugin's ``run_job``, Snakemake's
+  selection, its ``run_job_pre`` logging, the plugin's ``run_jobs``, Snakemake's
   post-processing of finished jobs, ...) and by *owner* (the package of the innermost
   frame: Snakemake, the plugin, Dask's client, ...);
 * the functions with the most inclusive samples in the main thread.
@@ -31,8 +31,9 @@ PLUGIN = "snakemake_executor_plugin_dask_slurm/"
 PHASES = (
     ("executor start-up (cluster bring-up)", f"Executor.__post_init__ ({PLUGIN}"),
     ("executor shutdown (teardown)", f"Executor.shutdown ({PLUGIN}"),
-    ("plugin run_job (submission)", f"Executor.run_job ({PLUGIN}"),
     ("Snakemake run_job_pre (job info logging)", "AbstractExecutor.run_job_pre"),
+    ("plugin run_jobs (submission)", f"Executor.run_jobs ({PLUGIN}"),
+    ("plugin run_jobs (submission)", f"Executor._submit_chunk ({PLUGIN}"),
     ("Snakemake _finish_jobs (post-processing)", "JobScheduler._finish_jobs"),
     ("Snakemake job selection", "JobScheduler.job_selector"),
     ("Snakemake job selection", "JobScheduler._job_selector"),
@@ -120,9 +121,9 @@ def inclusive(stacks: Sequence[Stack]) -> Counter[str]:
 
 #: Functions whose direct callees are listed (where their time goes), as PHASES.
 BREAKDOWNS = (
-    f"Executor.run_job ({PLUGIN}",
-    f"Dispatcher.submit ({PLUGIN}",
-    f"JobCommandBuilder._direct ({PLUGIN}",
+    f"Executor._submit_chunk ({PLUGIN}",
+    f"Dispatcher.submit_many ({PLUGIN}",
+    f"JobCommandBuilder.build_many ({PLUGIN}",
     "JobScheduler._finish_jobs.<locals>.postprocess (",
     "AbstractExecutor.run_job_pre (",
 )

@@ -296,8 +296,11 @@ class Runner:
             "noticed_to_reporting": analysis.intervals(events.noticed, events.reporting),
             "reporting_to_told": analysis.intervals(events.reporting, events.told),
             "task_duration": [end - start for start, end in events.tasks.values()],
+            "snakemake_lock_hold": [seconds for seconds, _ in events.finish_rounds],
         }
         result.latency = {name: analysis.summarize(v) for name, v in samples.items()}
+        jobs_per_round = [jobs for _, jobs in events.finish_rounds]
+        result.latency["snakemake_lock_hold"]["max_jobs"] = max(jobs_per_round, default=None)
         self.samples[result.run_id] = {
             name: [round(x * 1000, 3) for x in v] for name, v in samples.items()
         }
@@ -315,6 +318,12 @@ def one_line(r: RunResult) -> str:
         lat = r.latency.get(name)
         if lat and lat.get("p50_ms") is not None:
             figures += f", {label} p50 {lat['p50_ms']:.1f} ms p99 {lat['p99_ms']:.1f} ms"
+    hold = r.latency.get("snakemake_lock_hold")
+    if hold and hold.get("max_ms") is not None:
+        figures += (
+            f", Snakemake's post-processing held its lock up to {hold['max_ms']:.0f} ms "
+            f"(up to {hold['max_jobs']} jobs at once)"
+        )
     if r.leftovers:
         figures += f", LEFT {len(r.leftovers)} PROCESS(ES) RUNNING (ended by the harness)"
     return f"{r.run_id}: {r.status}; {figures}"

@@ -32,7 +32,7 @@ from .job_commands import JobCommandBuilder
 from .reporting import failure_message, job_label, speed_hint
 from .resources import Capacity, job_request, unsatisfiable_message
 from .sources import make_source
-from .tasks import Finished
+from .tasks import Finished, TaskSpec
 from .validation import RunConfig, resolve
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -157,8 +157,7 @@ class Executor(RemoteExecutor):
                 msg = unsatisfiable_message(job_label(job), request, self._capacity)
                 refused.append((job_info, msg))
         built = self._builder.build_many([(info.job, info.external_jobid) for info, _ in accepted])
-        tasks = []
-        assert self._dispatcher is not None
+        tasks: list[tuple[TaskSpec, dict[str, float]]] = []
         with self._stop_lock:
             for (job_info, request), item in zip(accepted, built, strict=True):
                 label = job_label(job_info.job)
@@ -173,10 +172,34 @@ class Executor(RemoteExecutor):
                 self._jobs[spec.key] = job_info
                 self.report_job_submission(job_info)
                 tasks.append((spec, request))
-            if tasks:
-                self._dispatcher.submit_many(tasks)
+            lost = self._hand_over(tasks)
         for job_info, msg in refused:
             self._refuse(job_info, msg)
+        for job_info, msg in lost:
+            self.report_job_error(job_info, msg=msg)
+
+    def _hand_over(
+        self, tasks: list[tuple[TaskSpec, dict[str, float]]]
+    ) -> list[tuple[SubmittedJobInfo, str]]:
+        """Submit registered jobs to Dask (under ``_stop_lock``); if Dask refuses them (the
+        client lost its scheduler), unregister them and return them with the reason."""
+        if not tasks:
+            return []
+        assert self._dispatcher is not None
+        try:
+            self._dispatcher.submit_many(tasks)
+            return []
+        except Exception as e:
+            reason = (
+                f"could not be handed to the Dask scheduler ({type(e).__name__}: {e}); the "
+                f"scheduler has probably stopped: see its log in {self.config.run_dir / 'logs'}"
+            )
+        lost = []
+        for spec, _ in tasks:
+            job_info = self._jobs.pop(spec.key, None)
+            if job_info is not None:
+                lost.append((job_info, f"{job_label(job_info.job)} {reason}\n"))
+        return lost
 
     def _refuse(self, job_info: SubmittedJobInfo, msg: str) -> None:
         self.report_job_submission(job_info, register_job=False)

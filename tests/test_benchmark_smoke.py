@@ -48,6 +48,7 @@ def test_smoke_mode_reports_every_local_contender(tmp_path: Path, no_leftovers: 
                 "reporting_to_told",
             ):
                 assert run["latency"][name]["count"] == run["rules"], (name, run)
+            assert run["latency"]["snakemake_lock_hold"]["count"] >= 1, run
             assert run["bringup_seconds"] is not None and run["teardown_seconds"] is not None
             assert run["scheduler_peak_rss_mb"], run
 

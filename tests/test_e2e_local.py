@@ -149,6 +149,23 @@ def test_a_job_that_cannot_be_prepared_fails_alone(workflow: Workflow) -> None:
         assert workflow.read(f"out/{i}/x.txt") == f"{i}\n"
 
 
+@pytest.mark.workflow("fail")
+def test_a_large_round_with_mixed_requests_runs_every_job(workflow: Workflow) -> None:
+    # 150 jobs ready at once: several chunks, two resource requests (threads 1 and 2), and
+    # every job's prepare() (here: creating its output directory) done in batches.
+    (workflow.path / "Snakefile").write_text(
+        'rule all:\n    input: expand("out/{i}/x.txt", i=range(150))\n'
+        "rule make:\n"
+        '    output: "out/{i}/x.txt"\n'
+        "    threads: lambda wildcards: 1 + int(wildcards.i) % 2\n"
+        '    shell: "echo {wildcards.i} {threads} > {output}"\n'
+    )
+    run = workflow.snakemake("--jobs", "unlimited", "--scheduler", "greedy")
+    assert run.returncode == 0, run
+    for i in range(150):
+        assert workflow.read(f"out/{i}/x.txt") == f"{i} {1 + i % 2}\n"
+
+
 def interrupt_sleepers(
     workflow: Workflow, sig: signal.Signals, target: Callable[[int], int] = lambda pid: pid
 ) -> tuple[int, str, float]:
