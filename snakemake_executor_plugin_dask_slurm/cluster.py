@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 #: Bounded waits of the teardown, in seconds.
 RETIRE_TIMEOUT = 5.0
 STOP_TIMEOUT = 5.0
+#: Seconds retired workers get to exit by themselves before they are sent SIGTERM. A
+#: SIGTERM that reaches a worker while it is closing can hang its exit (distributed 2026.8
+#: cancels the close half-way), and it would then be killed only after STOP_TIMEOUT.
+RETIRED_EXIT_TIMEOUT = 2.0
 
 
 class ClusterSource(ABC):
@@ -260,9 +264,13 @@ class ProcessCluster(ClusterSource):
 
     def close(self) -> None:
         started = time.monotonic()
-        if self.client is not None:
-            self._retire_workers()
-        for proc in self.workers:  # all at once: each step takes ~1-2 s to wind down
+        if self.client is not None and self._retire_workers():
+            deadline = time.monotonic() + RETIRED_EXIT_TIMEOUT
+            while time.monotonic() < deadline and any(
+                proc.status is Status.running for proc in self.workers
+            ):
+                time.sleep(0.02)
+        for proc in self.workers:  # the rest all at once, so that their waits overlap
             proc.terminate()
         for proc in self.workers:
             proc.close(STOP_TIMEOUT)
@@ -275,7 +283,8 @@ class ProcessCluster(ClusterSource):
             self.scheduler_file.unlink()
         self.teardown_seconds = time.monotonic() - started
 
-    def _retire_workers(self) -> None:
+    def _retire_workers(self) -> bool:
+        """Ask the scheduler to retire and close every worker; False if that failed."""
         client: Any = self.client
         try:
             # Named, or Dask's heuristic picks only idle workers: none on Ctrl-C.
@@ -286,8 +295,10 @@ class ProcessCluster(ClusterSource):
                 close_workers=True,
                 callback_timeout=RETIRE_TIMEOUT,
             )
+            return True
         except Exception as e:  # the processes are stopped next either way
             logger.debug("retiring workers failed: %s", e)
+            return False
 
 
 def owner_environment() -> dict[str, str]:

@@ -89,6 +89,11 @@ def test_task_farm_in_salloc_uses_every_node(
     assert "scheduler on" in out and "tcp://10.77.0.1:" in out, "not on the nodes' route"
     assert "ssh -N -L" in out
     assert_cleaned_up(workdir)
+    # After a normal end the retired workers exit by themselves, unsignalled.
+    for log in (workdir / ".snakemake/dask-slurm/logs").glob("workers-*.log"):
+        text = log.read_text()
+        assert text.count("Reason: scheduler-remove-worker") == text.count("End worker"), text
+        assert "Received signal" not in text, text
 
 
 def test_explicit_worker_count_is_split_by_node_size(
