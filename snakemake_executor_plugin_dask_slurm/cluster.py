@@ -264,7 +264,10 @@ class ProcessCluster(ClusterSource):
 
     def close(self) -> None:
         started = time.monotonic()
-        if self.client is not None and self._retire_workers():
+        retired = self._retire_workers() if self.client is not None else 0
+        # Only when all were retired: a process whose worker never registered (start-up
+        # failed) would not exit by itself.
+        if retired >= self.expected_workers:
             deadline = time.monotonic() + RETIRED_EXIT_TIMEOUT
             while time.monotonic() < deadline and any(
                 proc.status is Status.running for proc in self.workers
@@ -283,22 +286,22 @@ class ProcessCluster(ClusterSource):
             self.scheduler_file.unlink()
         self.teardown_seconds = time.monotonic() - started
 
-    def _retire_workers(self) -> bool:
-        """Ask the scheduler to retire and close every worker; False if that failed."""
+    def _retire_workers(self) -> int:
+        """Ask the scheduler to retire and close every worker; how many it retired."""
         client: Any = self.client
         try:
             # Named, or Dask's heuristic picks only idle workers: none on Ctrl-C.
             workers = list(client.scheduler_info(n_workers=-1)["workers"])
-            client.sync(
+            retired = client.sync(
                 client.scheduler.retire_workers,
                 workers=workers,
                 close_workers=True,
                 callback_timeout=RETIRE_TIMEOUT,
             )
-            return True
+            return len(retired)
         except Exception as e:  # the processes are stopped next either way
             logger.debug("retiring workers failed: %s", e)
-            return False
+            return 0
 
 
 def owner_environment() -> dict[str, str]:

@@ -43,6 +43,15 @@ def describe_exception(exc: BaseException) -> str:
     return f"its Dask task failed with {name}: {exc}"
 
 
+class SubmitFailed(Exception):
+    """Dask refused some of a batch (e.g. the client lost its scheduler): ``keys`` were
+    not submitted; the rest of the batch was."""
+
+    def __init__(self, keys: list[str], cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.keys = keys
+
+
 class Dispatcher:
     """Owns the futures of the jobs currently submitted to Dask."""
 
@@ -57,19 +66,26 @@ class Dispatcher:
         self.submit_many([(spec, resources)])
 
     def submit_many(self, tasks: Sequence[tuple[TaskSpec, Mapping[str, float]]]) -> None:
-        """Submit jobs, each with its resource request, in one graph update per request."""
+        """Submit jobs, each with its resource request, in one graph update per request.
+
+        Raises :class:`SubmitFailed` naming the jobs Dask did not take."""
         by_request: dict[tuple[tuple[str, float], ...], list[TaskSpec]] = {}
         for spec, resources in tasks:
             by_request.setdefault(tuple(sorted(resources.items())), []).append(spec)
-        for request, specs in by_request.items():
-            futures = self.client.map(
-                run_task,
-                specs,
-                key=[spec.key for spec in specs],
-                pure=False,
-                resources=dict(request),
-                retries=0,
-            )
+        groups = list(by_request.items())
+        for index, (request, specs) in enumerate(groups):
+            try:
+                futures = self.client.map(
+                    run_task,
+                    specs,
+                    key=[spec.key for spec in specs],
+                    pure=False,
+                    resources=dict(request),
+                    retries=0,
+                )
+            except Exception as e:
+                left = [spec.key for _, rest in groups[index:] for spec in rest]
+                raise SubmitFailed(left, e) from e
             with self._lock:
                 self._futures.update(zip((spec.key for spec in specs), futures, strict=True))
             for future in futures:

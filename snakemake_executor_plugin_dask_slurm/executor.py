@@ -27,7 +27,7 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .cluster import ClusterSource
-from .dispatch import Dispatcher
+from .dispatch import Dispatcher, SubmitFailed
 from .job_commands import JobCommandBuilder
 from .reporting import failure_message, job_label, speed_hint
 from .resources import Capacity, job_request, unsatisfiable_message
@@ -189,14 +189,15 @@ class Executor(RemoteExecutor):
         try:
             self._dispatcher.submit_many(tasks)
             return []
-        except Exception as e:
-            reason = (
-                f"could not be handed to the Dask scheduler ({type(e).__name__}: {e}); the "
-                f"scheduler has probably stopped: see its log in {self.config.run_dir / 'logs'}"
-            )
+        except SubmitFailed as e:
+            keys, error = e.keys, str(e)
+        reason = (
+            f"could not be handed to the Dask scheduler ({error}); the scheduler has "
+            f"probably stopped: see its log in {self.config.run_dir / 'logs'}"
+        )
         lost = []
-        for spec, _ in tasks:
-            job_info = self._jobs.pop(spec.key, None)
+        for key in keys:
+            job_info = self._jobs.pop(key, None)
             if job_info is not None:
                 lost.append((job_info, f"{job_label(job_info.job)} {reason}\n"))
         return lost

@@ -90,9 +90,12 @@ def test_task_farm_in_salloc_uses_every_node(
     assert "ssh -N -L" in out
     assert_cleaned_up(workdir)
     # After a normal end the retired workers exit by themselves, unsignalled.
-    for log in (workdir / ".snakemake/dask-slurm/logs").glob("workers-*.log"):
+    logs = sorted((workdir / ".snakemake/dask-slurm/logs").glob("workers-*.log"))
+    assert len(logs) == 2, logs  # one per srun step (node sizes 4 and 8)
+    for log in logs:
         text = log.read_text()
-        assert text.count("Reason: scheduler-remove-worker") == text.count("End worker"), text
+        ended = text.count("End worker")
+        assert ended >= 1 and text.count("Reason: scheduler-remove-worker") == ended, text
         assert "Received signal" not in text, text
 
 

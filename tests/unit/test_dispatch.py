@@ -6,11 +6,13 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from distributed import Client, LocalCluster
+from distributed.client import ClosedClientError
 
-from snakemake_executor_plugin_dask_slurm.dispatch import Dispatcher
+from snakemake_executor_plugin_dask_slurm.dispatch import Dispatcher, SubmitFailed
 from snakemake_executor_plugin_dask_slurm.tasks import Finished, TaskSpec
 
 
@@ -58,6 +60,57 @@ def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
     assert dispatcher.drain() == []
 
 
+def restrictions(client: Client, keys: set[str]) -> dict[str, dict[str, float]]:
+    """The resource restrictions of these tasks on the scheduler, once all are there (the
+    dispatcher holds the futures until drained, so finished tasks stay)."""
+
+    def read(dask_scheduler: Any) -> dict[str, dict[str, float]]:
+        return {
+            str(key): dict(ts.resource_restrictions or {})
+            for key, ts in dask_scheduler.tasks.items()
+            if str(key) in keys
+        }
+
+    deadline = time.monotonic() + 30
+    while len(found := client.run_on_scheduler(read)) < len(keys):
+        assert time.monotonic() < deadline, found
+        time.sleep(0.02)
+    return found
+
+
+class RefusesSecondMap:
+    """The real client, except that its second ``map`` is refused (as by a client that
+    lost its scheduler in between)."""
+
+    def __init__(self, client: Client):
+        self.client = client
+        self.maps = 0
+
+    def map(self, *args: Any, **kwargs: Any) -> Any:
+        self.maps += 1
+        if self.maps == 2:
+            raise ClosedClientError("Client is closed.")
+        return self.client.map(*args, **kwargs)
+
+
+def test_submit_many_names_the_jobs_dask_did_not_take(client: Client, tmp_path: Path) -> None:
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set)
+    refusing = RefusesSecondMap(client)
+    dispatcher.client = refusing  # type: ignore[assignment]
+    tasks = [
+        (spec(tmp_path, "one-0", "echo 0 > one-0.out"), {"cpus": 1}),
+        (spec(tmp_path, "two-0", "true"), {"cpus": 2}),
+        (spec(tmp_path, "two-1", "true"), {"cpus": 2}),
+    ]
+    with pytest.raises(SubmitFailed) as failed:
+        dispatcher.submit_many(tasks)
+    assert failed.value.keys == ["two-0", "two-1"]
+    assert "ClosedClientError: Client is closed." in str(failed.value)
+    assert wait_for(dispatcher, 1, woken) == [Finished("one-0", True)]
+    assert (tmp_path / "one-0.out").read_text() == "0\n"
+
+
 def test_submit_many_groups_by_request_and_reports_every_job(
     client: Client, tmp_path: Path
 ) -> None:
@@ -68,6 +121,10 @@ def test_submit_many_groups_by_request_and_reports_every_job(
     ]
     big = [(spec(tmp_path, "big-0", "echo $((2+2)) > big-0.out; exit 4"), {"cpus": 4})]
     dispatcher.submit_many(small[:2] + big + small[2:])
+    keys = {"big-0"} | {f"small-{i}" for i in range(5)}
+    assert restrictions(client, keys) == {"big-0": {"cpus": 4}} | {
+        f"small-{i}": {"cpus": 1} for i in range(5)
+    }
     results = wait_for(dispatcher, 6, woken)
     assert [r.key for r in results] == ["big-0"] + [f"small-{i}" for i in range(5)]
     assert [r.ok for r in results] == [False] + [True] * 5
