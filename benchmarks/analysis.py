@@ -158,22 +158,9 @@ def raw_start_latencies(jobs: Iterable[Span]) -> list[float]:
     return [j.started - j.submit for j in jobs]
 
 
-def report_latencies(events: Events) -> list[float]:
-    found = []
-    for key, told in events.told.items():
-        task = events.tasks.get(key)
-        if task is not None:
-            found.append(told - task[1])
-    return found
-
-
-def notice_latencies(events: Events) -> list[float]:
-    found = []
-    for key, noticed in events.noticed.items():
-        task = events.tasks.get(key)
-        if task is not None:
-            found.append(noticed - task[1])
-    return found
+def task_ends(events: Events) -> dict[str, float]:
+    """When each task ended on its worker."""
+    return {key: finished for key, (_, finished) in events.tasks.items()}
 
 
 def intervals(start: dict[str, float], end: dict[str, float]) -> list[float]:

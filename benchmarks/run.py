@@ -288,11 +288,12 @@ class Runner:
         result.cluster_start_seconds = events.cluster_start
         result.cluster_close_seconds = events.cluster_close
         jobs = analysis.spans(events)
+        ends = analysis.task_ends(events)
         samples = {
             "submit_to_start": analysis.start_latencies(jobs, events.slots or 1),
             "submit_to_start_raw": analysis.raw_start_latencies(jobs),
-            "end_to_told": analysis.report_latencies(events),
-            "end_to_noticed": analysis.notice_latencies(events),
+            "end_to_told": analysis.intervals(ends, events.told),
+            "end_to_noticed": analysis.intervals(ends, events.noticed),
             "noticed_to_reporting": analysis.intervals(events.noticed, events.reporting),
             "reporting_to_told": analysis.intervals(events.reporting, events.told),
             "task_duration": [end - start for start, end in events.tasks.values()],

@@ -160,14 +160,15 @@ class Executor(RemoteExecutor):
         tasks: list[tuple[TaskSpec, dict[str, float]]] = []
         with self._stop_lock:
             for (job_info, request), item in zip(accepted, built, strict=True):
-                label = job_label(job_info.job)
                 if isinstance(item, Exception):
-                    refused.append((job_info, f"{label} could not be prepared: {item}\n"))
+                    msg = f"{job_label(job_info.job)} could not be prepared: {item}\n"
+                    refused.append((job_info, msg))
                     continue
                 spec, way = item
                 job_info.aux = {"way": way, "log": spec.log_path}
                 if self._stop_reason:
-                    refused.append((job_info, f"{label} was not started: {self._stop_reason}\n"))
+                    msg = f"{job_label(job_info.job)} was not started: {self._stop_reason}\n"
+                    refused.append((job_info, msg))
                     continue
                 self._jobs[spec.key] = job_info
                 self.report_job_submission(job_info)
