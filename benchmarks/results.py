@@ -84,22 +84,16 @@ def _version(name: str) -> str:
         return "not installed"
 
 
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, timeout=10
+    ).stdout.strip()
+
+
 def _git_revision(repo: Path) -> str:
     try:
-        rev = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        rev = _git(repo, "rev-parse", "--short", "HEAD")
+        dirty = _git(repo, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return rev + (" (with uncommitted changes)" if dirty else "")
