@@ -94,8 +94,10 @@ def test_task_farm_in_salloc_uses_every_node(
     assert len(logs) == 2, logs  # one per srun step (node sizes 4 and 8)
     for log in logs:
         text = log.read_text()
-        ended = text.count("End worker")
-        assert ended >= 1 and text.count("Reason: scheduler-remove-worker") == ended, text
+        # Each worker ends by itself: told by the scheduler, or (a benign race) finding
+        # out at its next heartbeat that the scheduler already removed it.
+        started = text.count("Start worker at:")
+        assert started >= 1 and text.count("End worker") == started, text
         assert "Received signal" not in text, text
 
 
