@@ -274,7 +274,12 @@ def test_scancel_of_the_allocation_leaves_nothing(
     # salloc does not end its command when the allocation goes: the plugin notices its
     # srun steps died, fails the running jobs and stops.
     assert proc.returncode != 0
-    assert "the Dask cluster broke: the srun step for" in output, output
+    # Whichever the plugin sees first: a step that ended, or a worker gone from the
+    # scheduler (SLURM may kill one node's worker before any srun step exits).
+    assert (
+        "the Dask cluster broke: the srun step for" in output
+        or "the Dask cluster broke: only 2 of its 3 Dask workers are left" in output
+    ), output
     assert took < 30, f"{took:.1f} s"
     # The workers on the nodes belong to the cancelled job: SLURM itself ends them,
     # with SIGKILL at the latest after KillWait (30 s by default).
