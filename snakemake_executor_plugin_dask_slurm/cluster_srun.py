@@ -29,15 +29,22 @@ from .commands import (
 from .errors import DaskSlurmError
 from .layout import NodeGroup, WorkerLayout, plan_layout
 from .network import choose_scheduler_host
-from .preflight import check_dask_cli, find_slurm_commands, scontrol_hostnames
+from .preflight import (
+    check_dask_cli,
+    find_slurm_commands,
+    scontrol_hostnames,
+    scontrol_job_state,
+)
 from .processes import ManagedProcess
-from .slurm_env import Allocation, read_allocation
+from .slurm_env import Allocation, allocation_ended, read_allocation
 from .validation import RunConfig
 
 #: srun job-step name of the worker steps, as ``squeue -s`` shows it.
 STEP_NAME = "dask-workers"
 PREFLIGHT_TIMEOUT = 60.0
 SCONTROL_TIMEOUT = 15.0
+#: Asked only once the cluster broke, on Snakemake's thread: keep it short.
+JOB_STATE_TIMEOUT = 5.0
 
 
 def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
@@ -74,6 +81,7 @@ class SrunCluster(ProcessCluster):
         host: tuple[str | None, str],
         srun: str,
         log_dir: Path,
+        scontrol: str | None = None,
     ):
         python = sys.executable
         scheduler_file = config.scheduler_file or log_dir / "scheduler.json"
@@ -105,7 +113,7 @@ class SrunCluster(ProcessCluster):
             scheduler, steps, scheduler_file, layout.total_workers, config.startup_timeout
         )
         self.alloc, self.layout, self.host, self.log_dir = alloc, layout, host, log_dir
-        self.python, self.payloads = python, payloads
+        self.python, self.payloads, self.scontrol = python, payloads, scontrol
         self.show_dashboard = config.dashboard
         # Without a nanny (one worker per node) nothing restarts a worker that died.
         self.watch_worker_count = not config.nanny and all(
@@ -135,7 +143,7 @@ class SrunCluster(ProcessCluster):
             others[0] if others else None,
             alloc.this_node_is_allocated,
         )
-        cluster = cls(config, alloc, layout, host, commands.srun, log_dir)
+        cluster = cls(config, alloc, layout, host, commands.srun, log_dir, commands.scontrol)
         cluster.preflight()
         return cluster
 
@@ -149,6 +157,22 @@ class SrunCluster(ProcessCluster):
             PREFLIGHT_TIMEOUT,
             worker_module=NODE_WORKER_MODULE,
         )
+
+    def problem(self) -> str | None:
+        """What broke; first whether SLURM ended the allocation, the usual cause.
+
+        A cancelled or timed-out allocation shows up here as a step that ended or as
+        workers missing, whichever the plugin sees first; SLURM's job state says which
+        it really was, so the message does not depend on that race.
+        """
+        seen = super().problem()
+        if seen is None or self.scontrol is None:
+            return seen
+        state = scontrol_job_state(self.scontrol, self.alloc.job_id, JOB_STATE_TIMEOUT)
+        ended = allocation_ended(self.alloc.job_id, state) if state else None
+        if ended is None:
+            return seen
+        return f"{ended}, and its Dask workers with it. What the plugin saw: {seen}"
 
     def worker_hint(self) -> str:
         return (

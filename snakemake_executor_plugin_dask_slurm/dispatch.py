@@ -106,33 +106,39 @@ class Dispatcher:
             futures = [f for f in map(self._futures.pop, keys, [None] * len(keys)) if f]
         return [finished_task(f) for f in futures]
 
-    def kill(self, keys: list[str]) -> None:
+    def kill(self, keys: list[str]) -> set[str]:
         """Stop the given jobs on every worker: running ones now, queued ones when their
-        turn comes (they then fail at once instead of starting)."""
+        turn comes (they then fail at once instead of starting). Returns the keys some
+        worker said were running."""
         if not keys:
-            return
+            return set()
         client: Any = self.client
         try:
             # Client.run has no timeout, and a lost node's worker may never answer.
             killed = client.sync(
                 client._run, kill_tasks, keys, on_error="ignore", callback_timeout=KILL_TIMEOUT
             )
-            logger.debug("killed on workers: %s", killed)
         except Exception as e:  # workers may already be gone; teardown follows
             logger.debug("kill request failed: %s", e)
+            return set()
+        logger.debug("killed on workers: %s", killed)
+        return {key for answer in killed.values() if isinstance(answer, list) for key in answer}
 
     def stop(self, keys: list[str]) -> None:
-        """Kill the jobs, let their tasks end (each is then reported: killed, or stopped
-        before it started), and cancel what is still pending after the kill's grace
-        period, e.g. tasks whose worker is gone, so that every job is reported."""
-        self.kill(keys)
+        """Kill the jobs, let the killed ones end (each is then reported: killed), and
+        cancel the rest: queued tasks, and tasks whose worker is gone (a broken cluster),
+        so that every job is reported at once, none waits out the kill's grace period
+        for a worker that will never answer."""
+        running = self.kill(keys)
         deadline = time.monotonic() + KILL_GRACE_SECONDS + 2.0
-        while time.monotonic() < deadline:
+        while True:
             with self._lock:
                 pending = [f for k in keys if (f := self._futures.get(k)) and not f.done()]
-            if not pending:
-                return
-            time.sleep(0.1)
+            if not any(str(f.key) in running for f in pending) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not pending:
+            return
         try:
             self.client.cancel(pending)
         except Exception as e:  # the client may be closing

@@ -65,7 +65,6 @@ class Executor(RemoteExecutor):
         settings = self.workflow.executor_settings
         workdir = Path(self.workflow.workdir_init)
         self.config: RunConfig = resolve(settings, os.environ, workdir)
-        self.next_seconds_between_status_checks = STATUS_INTERVAL
         self._run_token = uuid.uuid4().hex[:8]
         log_dir = self.config.run_dir / "logs"
         self._builder = JobCommandBuilder(
@@ -269,8 +268,11 @@ class Executor(RemoteExecutor):
         if self._wake_event is None:
             self._wake_event = asyncio.Event()
             self._wake_loop = asyncio.get_running_loop()
+        # STATUS_INTERVAL, not next_seconds_between_status_checks: the base class starts
+        # this loop before __post_init__ runs, so the first sleep would read Snakemake's
+        # default (10 s) and a cluster broken early would go unnoticed that long.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake_event.wait(), self.next_seconds_between_status_checks)
+            await asyncio.wait_for(self._wake_event.wait(), STATUS_INTERVAL)
         self._wake_event.clear()
 
     async def check_active_jobs(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from .commands import NODE_WORKER_MODULE, SCHEDULER_MODULE, WORKER_MODULE
 from .errors import DaskSlurmError
+from .slurm_env import GONE, parse_job_state
 
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
 # Successful --help answers per (interpreter, module): a run checks several option sets.
@@ -174,3 +175,24 @@ def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str
         return None
     names = done.stdout.split()
     return names if done.returncode == 0 and names else None
+
+
+def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str, str] | None:
+    """``(JobState, Reason)`` of ``job_id``, ``(GONE, "None")`` if SLURM no longer knows it.
+
+    None when scontrol could not answer (controller not reachable, timed out): the caller
+    cannot tell, and says nothing about the allocation.
+    """
+    try:
+        done = subprocess.run(
+            [scontrol, "show", "job", "-o", job_id],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return (GONE, "None") if "Invalid job id" in done.stderr else None
+    return parse_job_state(done.stdout)

@@ -8,9 +8,11 @@ no scheduler file.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -240,51 +242,107 @@ def test_squeue_shows_one_step_per_node_size_while_running(
     assert steps["dask-workers"] == 2, steps  # sizes 4 and 8: two steps, none per rule
 
 
-def test_scancel_of_the_allocation_leaves_nothing(
-    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+# How the plugin must name each way an allocation can end under it. COMPLETING is what
+# SLURM shows while it still cleans up the nodes (up to KillWait); the reason still tells.
+ENDINGS = {
+    "scancel": r"\(state (CANCELLED|COMPLETING)\): (most likely )?it was cancelled \(scancel",
+    "time-limit": r"\(state (TIMEOUT|COMPLETING), reason TimeLimit\): it reached its time limit",
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str, ending: str
 ) -> None:
     workdir = farm(
         tmp_path,
         'rule all:\n    input: expand("o{i}", i=range(6))\n'
         'rule s:\n    output: "o{i}"\n'
-        f'    shell: "touch started{{wildcards.i}}; sleep 120 # {no_leftovers}"\n',
+        f'    shell: "touch started{{wildcards.i}}; sleep 300 # {no_leftovers}"\n',
     )
-    name = f"scancel-{no_leftovers}"
+    name = f"{ending}-{no_leftovers}"
+    # SLURM's shortest time limit is a minute; it acts on it within its next check (~30 s).
+    limit = ["--time=1"] if ending == "time-limit" else []
     proc = subprocess.Popen(
-        ["salloc", f"--job-name={name}", "-N3", "--exclusive", f"--chdir={workdir}",
+        ["salloc", f"--job-name={name}", "-N3", "--exclusive", *limit, f"--chdir={workdir}",
          SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
         env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # so that a failure below can end salloc *and* Snakemake
     )  # fmt: skip
+    lines: list[tuple[float, str]] = []  # when each line of output arrived
+    reader = threading.Thread(
+        target=lambda: lines.extend((time.monotonic(), line) for line in proc.stdout or ())
+    )
+    reader.start()
     try:
         deadline = time.monotonic() + 120
         while not list(workdir.glob("started*")):
-            assert proc.poll() is None, proc.communicate()[0]
+            assert proc.poll() is None, "".join(line for _, line in lines)
             assert time.monotonic() < deadline
             time.sleep(0.2)
-        cancelled = time.monotonic()
-        slurm_cluster.run(["scancel", f"--name={name}"])
-        output, _ = proc.communicate(timeout=60)
-        took = time.monotonic() - cancelled
+        if ending == "scancel":
+            slurm_cluster.run(["scancel", f"--name={name}"])
+        proc.wait(timeout=150)
+        ended = time.monotonic()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        reader.join(timeout=30)
+    output = "".join(line for _, line in lines)
+
+    def first(text: str) -> float:
+        return next(t for t, line in lines if text in line)
+
     # salloc does not end its command when the allocation goes: the plugin notices its
-    # srun steps died, fails the running jobs and stops.
+    # srun steps or workers are gone, fails the running jobs and stops.
     assert proc.returncode != 0
-    # Whichever the plugin sees first: a step that ended, or a worker gone from the
-    # scheduler (SLURM may kill one node's worker before any srun step exits).
-    assert (
-        "the Dask cluster broke: the srun step for" in output
-        or "the Dask cluster broke: only 2 of its 3 Dask workers are left" in output
-    ), output
-    assert took < 30, f"{took:.1f} s"
-    # The workers on the nodes belong to the cancelled job: SLURM itself ends them,
+    # Whichever the plugin sees first (a step that ended, or one, two or all three workers
+    # gone from the scheduler), it asks SLURM and names the real cause.
+    granted = re.search(r"Granted job allocation (\d+)", output)
+    assert granted, output
+    broke = re.search(
+        rf"the Dask cluster broke: SLURM allocation {granted[1]} has ended {ENDINGS[ending]}",
+        output,
+    )
+    assert broke, output
+    assert "What the plugin saw: " in output, output
+    # Seconds from SLURM revoking the allocation (salloc: "Job allocation N has been
+    # revoked.", or "Job N has exceeded its time limit and its allocation has been
+    # revoked.") to the plugin saying so, and to the end of Snakemake: never a hang.
+    revoked = first("has been revoked")
+    noticed = first("the Dask cluster broke") - revoked
+    assert noticed < 5, f"the plugin noticed {noticed:.1f} s after SLURM revoked the allocation"
+    assert ended - revoked < 30, f"Snakemake ended {ended - revoked:.1f} s after the revocation"
+    assert "Dask cluster closed in" in output[output.index("has been revoked") :], output
+    # The workers on the nodes belong to the ended job: SLURM itself ends them,
     # with SIGKILL at the latest after KillWait (30 s by default).
     left = wait_until_gone(no_leftovers, str(tmp_path), timeout=45)
     assert not left, left
+
+
+def test_allocation_state_from_the_real_controller(
+    slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.preflight import scontrol_job_state
+
+    scontrol = shutil.which("scontrol")
+    assert scontrol
+    monkeypatch.setenv("SLURM_CONF", slurm_cluster.env["SLURM_CONF"])
+    granted = slurm_cluster.run(["salloc", "--no-shell", "-N1", "--job-name=state-probe"])
+    found = re.search(r"Granted job allocation (\d+)", granted.stderr)
+    assert found, granted.stderr
+    job_id = found[1]
+    try:
+        assert scontrol_job_state(scontrol, job_id, timeout=10) == ("RUNNING", "None")
+    finally:
+        slurm_cluster.run(["scancel", job_id])
+    deadline = time.monotonic() + 20
+    while (state := scontrol_job_state(scontrol, job_id, timeout=10)) != ("CANCELLED", "None"):
+        assert time.monotonic() < deadline, state
+        time.sleep(0.1)
+    assert scontrol_job_state(scontrol, "987654", timeout=10) == ("GONE", "None")
 
 
 MEMORY = """

@@ -22,6 +22,7 @@ from snakemake_executor_plugin_dask_slurm.preflight import (
     check_dask_cli,
     find_slurm_commands,
     scontrol_hostnames,
+    scontrol_job_state,
 )
 
 PY = sys.executable
@@ -194,6 +195,27 @@ def test_scontrol_hostnames(tmp_path: Path, body: str, expected: list[str] | Non
 
 def test_scontrol_hostnames_missing_tool(tmp_path: Path) -> None:
     assert scontrol_hostnames(str(tmp_path / "scontrol"), "n1", timeout=5) is None
+
+
+# What each answer of `scontrol show job -o 25` becomes. The real controller's answers
+# are checked in tests/test_slurm_cluster.py.
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            '[ "$*" = "show job -o 25" ] && echo "JobId=25 JobName=x JobState=TIMEOUT '
+            'Reason=TimeLimit Dependency=(null)"',
+            ("TIMEOUT", "TimeLimit"),
+        ),
+        ("echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1", ("GONE", "None")),
+        ("echo 'slurm_load_jobs error: Unable to contact slurm controller' >&2; exit 1", None),
+        ("echo 'JobId=25 nothing useful'", None),
+        ("exec sleep 30", None),
+    ],
+)
+def test_scontrol_job_state(tmp_path: Path, body: str, expected: tuple[str, str] | None) -> None:
+    scontrol = script(tmp_path, "scontrol", body)
+    assert scontrol_job_state(str(scontrol), "25", timeout=0.5) == expected
 
 
 @pytest.mark.parametrize(
