@@ -8,6 +8,7 @@ command's process here, by task key, and kills the whole process group itself.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -22,6 +23,8 @@ from .tasks import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
 
 #: Seconds between SIGTERM and SIGKILL when a job is stopped.
 KILL_GRACE_SECONDS = 3.0
+#: Shorter at interpreter exit: the worker is already going (SIGKILL may follow).
+EXIT_GRACE_SECONDS = 1.0
 #: How much of a failed job's log comes back with its outcome.
 TAIL_LINES = 20
 _TAIL_BYTES = 16384
@@ -162,6 +165,27 @@ def dask_teardown(worker: Any) -> None:
     for proc in procs:
         _signal_group(proc, signal.SIGTERM)
     deadline = time.monotonic() + KILL_GRACE_SECONDS
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    _kill_later(procs)
+
+
+@atexit.register
+def _end_jobs_at_exit() -> None:
+    """A worker exiting without its teardown must not leave its jobs running.
+
+    That happens when a signal cuts the worker's close short (SLURM's SIGTERM arriving
+    while the worker closes). Its jobs would be reparented to init, where SLURM's
+    proctrack/linuxproc or pgid no longer sees them (a cgroup would), and run on.
+    Worker threads are daemons, so interpreter exit does not wait for them.
+    """
+    with _lock:
+        procs = list(_running.values())
+    if not procs:
+        return
+    for proc in procs:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + EXIT_GRACE_SECONDS
     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
         time.sleep(0.05)
     _kill_later(procs)

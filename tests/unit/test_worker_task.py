@@ -151,3 +151,39 @@ def test_read_tail(tmp_path: Path) -> None:
     assert read_tail(str(path), 2) == "\ufffd\nc"
     assert read_tail(str(tmp_path / "missing")) == ""
     assert os.path.exists(path)
+
+
+EXIT_WITHOUT_TEARDOWN = """
+import sys, threading
+from snakemake_executor_plugin_dask_slurm.tasks import TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker_task import run_task
+spec = TaskSpec("t", ("/bin/bash", "-c", "echo $$ > pid; exec sleep 60"), sys.argv[1], (),
+                sys.argv[1] + "/t.log", None)
+threading.Thread(target=run_task, args=(spec,), daemon=True).start()
+for _ in range(200):
+    import os, time
+    if os.path.exists("pid") and open("pid").read().strip():
+        break
+    time.sleep(0.05)
+sys.exit(0)  # as a worker whose close a signal cut short: no dask_teardown
+"""
+
+
+def test_a_worker_exiting_without_teardown_takes_its_jobs_along(tmp_path: Path) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", EXIT_WITHOUT_TEARDOWN, str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    pid = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 5
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            raise AssertionError("the job outlived its worker's exit")
+        time.sleep(0.05)
