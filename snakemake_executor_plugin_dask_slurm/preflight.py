@@ -157,21 +157,30 @@ def find_slurm_commands(path: str | None = None) -> SlurmCommands:
     return SlurmCommands(srun=srun, scontrol=shutil.which("scontrol", path=path))
 
 
-def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str] | None:
-    """The node names ``scontrol show hostnames`` prints, or None if it failed.
-
-    None lets the caller fall back to :func:`.slurm_env.expand_hostlist`; scontrol is
-    preferred because it knows every form of node list SLURM writes.
-    """
+def _scontrol(
+    scontrol: str, args: Sequence[str], timeout: float
+) -> subprocess.CompletedProcess[str] | None:
+    """Run ``scontrol args``, output captured; None if it could not run or timed out."""
     try:
-        done = subprocess.run(
-            [scontrol, "show", "hostnames", nodelist],
+        return subprocess.run(
+            [scontrol, *args],
             capture_output=True,
             text=True,
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )
     except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str] | None:
+    """The node names ``scontrol show hostnames`` prints, or None if it failed.
+
+    None lets the caller fall back to :func:`.slurm_env.expand_hostlist`; scontrol is
+    preferred because it knows every form of node list SLURM writes.
+    """
+    done = _scontrol(scontrol, ["show", "hostnames", nodelist], timeout)
+    if done is None:
         return None
     names = done.stdout.split()
     return names if done.returncode == 0 and names else None
@@ -183,15 +192,8 @@ def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str,
     None when scontrol could not answer (controller not reachable, timed out): the caller
     cannot tell, and says nothing about the allocation.
     """
-    try:
-        done = subprocess.run(
-            [scontrol, "show", "job", "-o", job_id],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    done = _scontrol(scontrol, ["show", "job", "-o", job_id], timeout)
+    if done is None:
         return None
     if done.returncode != 0:
         return (GONE, "None") if "Invalid job id" in done.stderr else None

@@ -160,11 +160,16 @@ def running_tasks() -> list[str]:
 
 def dask_teardown(worker: Any) -> None:
     """Worker preload hook: a closing worker takes its jobs' processes with it."""
+    _end_running_jobs(KILL_GRACE_SECONDS)
+
+
+def _end_running_jobs(grace: float) -> None:
+    """SIGTERM every running job's process group, SIGKILL what is left after ``grace``."""
     with _lock:
         procs = list(_running.values())
     for proc in procs:
         _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_SECONDS
+    deadline = time.monotonic() + grace
     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
         time.sleep(0.05)
     _kill_later(procs)
@@ -179,13 +184,4 @@ def _end_jobs_at_exit() -> None:
     proctrack/linuxproc or pgid no longer sees them (a cgroup would), and run on.
     Worker threads are daemons, so interpreter exit does not wait for them.
     """
-    with _lock:
-        procs = list(_running.values())
-    if not procs:
-        return
-    for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + EXIT_GRACE_SECONDS
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        time.sleep(0.05)
-    _kill_later(procs)
+    _end_running_jobs(EXIT_GRACE_SECONDS)
