@@ -444,15 +444,17 @@ def allocation_ended(job_id: str, state: tuple[str, str]) -> str | None:
     name, reason = state
     if name == "RUNNING":
         return None
-    if name == "COMPLETING" and reason not in _COMPLETING_REASONS:
-        # Inside the allocation the plugin still runs, so its end was not the batch
-        # script's or salloc's command ending: a cancel is what leaves no reason.
+    meaning = _COMPLETING_REASONS.get(reason) if name == "COMPLETING" else name
+    if meaning is None:
+        # COMPLETING without a telling reason. Inside the allocation the plugin still
+        # runs, so its end was not the batch script's or salloc's command ending: a
+        # cancel is what leaves no reason.
         why = (
             "most likely it was cancelled (scancel, or by an administrator), as SLURM "
             f"gives no other reason; 'scontrol show job {job_id}' says more once its "
             "nodes are cleaned up"
         )
     else:
-        why = _ENDED_STATES.get(_COMPLETING_REASONS.get(reason, name), "SLURM ended it")
+        why = _ENDED_STATES.get(meaning, "SLURM ended it")
     detail = f", reason {reason}" if reason not in ("None", "") else ""
     return f"SLURM allocation {job_id} has ended (state {name}{detail}): {why}"
