@@ -1,29 +1,30 @@
 """Snakemake executor plugin: run a workflow's jobs as Dask tasks, on this machine or on
 every node of a SLURM allocation (workers started with srun).
 
-This module only names what Snakemake looks for; the work is done in the modules it
-imports (see docs/architecture.md).
+This module only names what Snakemake looks for (``Executor``, ``ExecutorSettings``,
+``common_settings``), and imports them only when Snakemake asks: the same package also
+runs on every Dask worker (its supervisor and task modules), where importing Snakemake
+would only cost time. See docs/architecture.md.
 """
 
-from snakemake_interface_executor_plugins.settings import CommonSettings
+from __future__ import annotations
 
-from .executor import Executor
-from .settings import ExecutorSettings
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .executor import Executor
+    from .settings import ExecutorSettings, common_settings
 
 __all__ = ["Executor", "ExecutorSettings", "common_settings"]
 
-common_settings = CommonSettings(
-    # Jobs run on the Dask cluster, not in Snakemake's own process pool.
-    non_local_exec=True,
-    # The allocation's nodes share the working directory (as on every HPC cluster).
-    implies_no_shared_fs=False,
-    job_deploy_sources=False,
-    # Workers inherit the environment, but declared envvars are passed explicitly too.
-    pass_envvar_declarations_to_cmd=True,
-    # On a shared filesystem a per-job pip install of storage plugins is pure cost.
-    auto_deploy_default_storage_provider=False,
-    init_seconds_before_status_checks=0,
-    # Group jobs run as one task: their job command runs the group's members.
-    pass_group_args=True,
-    spawned_jobs_assume_shared_fs=False,
-)
+
+def __getattr__(name: str) -> Any:
+    if name == "Executor":
+        from .executor import Executor
+
+        return Executor
+    if name in ("ExecutorSettings", "common_settings"):
+        from . import settings
+
+        return getattr(settings, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

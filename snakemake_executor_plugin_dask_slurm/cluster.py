@@ -12,8 +12,10 @@ file, keep the logs).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -32,6 +34,8 @@ logger = logging.getLogger(__name__)
 #: Bounded waits of the teardown, in seconds.
 RETIRE_TIMEOUT = 5.0
 STOP_TIMEOUT = 5.0
+#: Seconds to wait for a TCP connection to the scheduler before calling it unreachable.
+PROBE_TIMEOUT = 5.0
 #: Seconds retired workers get to exit by themselves before they are sent SIGTERM. A
 #: SIGTERM that reaches a worker while it is closing can hang its exit (distributed 2026.8
 #: cancels the close half-way), and it would then be killed only after STOP_TIMEOUT.
@@ -56,15 +60,77 @@ class ClusterSource(ABC):
         """Lines for the user once the cluster is up."""
         return []
 
+    #: Where the workers' supervisors record that a dead worker's jobs are gone (None:
+    #: workers the plugin did not start, which have no supervisor).
+    record_dir: Path | None = None
+    #: Whether a worker that dies is started again (--dask-slurm-nanny).
+    restarts_workers: bool = False
+
     def problem(self) -> str | None:
-        """Why the cluster can no longer run jobs (a process of ours died), or None."""
+        """Why the cluster can no longer run any job, from what can be seen without asking
+        the scheduler (it may be gone): None while it can."""
         return None
+
+    def scheduler_lost(self) -> bool:
+        """Whether the scheduler is gone (so that nothing may wait for its answer)."""
+        return False
+
+    def allocation_problem(self) -> str | None:
+        """Why the allocation the workers run in has ended, or None (may take seconds)."""
+        return None
+
+    def deaths(self) -> list[str]:
+        """What the supervisors recorded of workers that ended, one line each."""
+        return []
+
+    def stop_workers(self) -> None:
+        """Stop every worker process now, without the scheduler (their supervisors end
+        their jobs); for a cluster whose scheduler is gone. Nothing for workers the
+        plugin did not start."""
+        return None
+
+    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+        """End every process of ``keys`` left where ``worker`` ran; None if it cannot
+        be done, else what was done."""
+        return None
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``tcp://10.0.0.5:8786`` -> ("10.0.0.5", 8786); None if it has no port."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout: float) -> None:
+    """Fail at once, naming the reason, when nothing accepts connections at ``address``
+    (Dask's own connect retries a refused connection until its timeout)."""
+    target = _host_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=min(timeout, PROBE_TIMEOUT)):
+            return
+    except ConnectionRefusedError as e:
+        why = f"nothing listens there ({e.strerror or 'connection refused'})"
+    except TimeoutError:
+        why = f"no answer within {min(timeout, PROBE_TIMEOUT):.0f} s (a firewall, or no such host)"
+    except OSError as e:
+        why = f"it cannot be reached ({e.strerror or e})"
+    raise SchedulerUnreachable(f"Cannot connect to the Dask scheduler at {address}: {why}.")
+
+
+class SchedulerUnreachable(DaskSlurmError):
+    """Nothing answers at the scheduler's address."""
 
 
 def connect(address: str, timeout: float) -> Client:
     """A client for ``address``; the one place connection options (security) are set."""
     from distributed import Client
 
+    probe(address, timeout)
     try:
         return Client(address, timeout=timeout, set_as_default=False, security=client_security())
     except OSError as e:
@@ -97,22 +163,38 @@ class AttachCluster(ClusterSource):
         self.description = f"attaching to the Dask scheduler at {where}"
 
     def _address(self) -> str:
+        """The address given, or the one in the scheduler file: waited for while the file
+        does not exist yet (a scheduler still starting), at most the start-up timeout."""
         if self.address:
             return self.address
         from .processes import read_scheduler_file
 
         assert self.scheduler_file is not None
-        address = read_scheduler_file(self.scheduler_file)
-        if not address:
-            raise DaskSlurmError(
-                f"The scheduler file {self.scheduler_file} does not exist or holds no "
-                "address. Start the scheduler first (e.g. 'dask scheduler "
-                f"--scheduler-file {self.scheduler_file}') or fix the path."
-            )
+        deadline = time.monotonic() + self.timeout
+        while not (address := read_scheduler_file(self.scheduler_file)):
+            if time.monotonic() > deadline:
+                raise DaskSlurmError(
+                    f"The scheduler file {self.scheduler_file} does not exist or holds no "
+                    f"address after {self.timeout:.0f} s. Start the scheduler first (e.g. "
+                    f"'dask scheduler --scheduler-file {self.scheduler_file}') or fix the path."
+                )
+            time.sleep(0.1)
         return address
 
     def start(self) -> Client:
-        self.client = connect(self._address(), self.timeout)
+        address = self._address()
+        try:
+            self.client = connect(address, self.timeout)
+        except SchedulerUnreachable as e:
+            if self.scheduler_file is None:
+                raise DaskSlurmError(
+                    f"{e} Check that the scheduler runs and that the address is right."
+                ) from None
+            raise DaskSlurmError(
+                f"{e} That address comes from the scheduler file {self.scheduler_file}, "
+                "whose scheduler has probably stopped: the file is stale. Start the "
+                "scheduler again (it rewrites the file), or remove the file."
+            ) from None
         try:
             self._wait_for_a_worker()
             self._check_cpus_advertised()
@@ -151,8 +233,12 @@ class AttachCluster(ClusterSource):
                 self.client.close(timeout=STOP_TIMEOUT)
             self.client = None
 
+    def scheduler_lost(self) -> bool:
+        return self.client is not None and self.client.status not in ("running", "newly-created")
+
     def problem(self) -> str | None:
-        if self.client is not None and self.client.status not in ("running", "connecting"):
+        if self.scheduler_lost():
+            assert self.client is not None
             return f"the connection to the scheduler was lost (client {self.client.status})"
         return None
 
@@ -173,22 +259,25 @@ class ProcessCluster(ClusterSource):
         scheduler_file: Path,
         expected_workers: int,
         timeout: float,
+        record_dir: Path,
+        restarts_workers: bool,
     ):
         self.scheduler = scheduler
         self.workers = list(workers)
         self.scheduler_file = scheduler_file
         self.expected_workers = expected_workers
         self.timeout = timeout
+        self.record_dir: Path = record_dir
+        self.restarts_workers = restarts_workers
         self.client: Client | None = None
         self.bringup_seconds: float | None = None
-        #: Treat a missing worker as a broken cluster (no nanny would restart it).
-        self.watch_worker_count = False
         self.teardown_seconds: float | None = None
 
     def start(self) -> Client:
         started = time.monotonic()
         with contextlib.suppress(FileNotFoundError):
             self.scheduler_file.unlink()  # a stale file would look ready at once
+        clear_records(self.record_dir)  # a stale record could vouch for a live job
         try:
             self.scheduler.start()
             for worker in self.workers:
@@ -229,25 +318,40 @@ class ProcessCluster(ClusterSource):
                     f"({proc.log_path}) ends with:\n{proc.tail()}\n{self.worker_hint()}"
                 )
 
+    def scheduler_lost(self) -> bool:
+        return self.scheduler.status is Status.exited
+
     def problem(self) -> str | None:
         if self.client is None:
             return None
-        for proc in (self.scheduler, *self.workers):
-            if proc.status is Status.exited:
-                return (
-                    f"the {proc.name} {proc.exit_description()} while the workflow was "
-                    f"running (was the allocation cancelled or a node lost?). Its log "
-                    f"({proc.log_path}) ends with:\n{proc.tail(10)}"
-                )
-        if self.watch_worker_count:
-            count = worker_count(self.client)
-            if count < self.expected_workers:
-                return (
-                    f"only {count} of its {self.expected_workers} Dask workers are left (a "
-                    "worker process died or a node was lost; see the worker logs in "
-                    f"{self.scheduler.log_path.parent})"
-                )
+        if self.scheduler_lost():
+            proc = self.scheduler
+            return (
+                f"the Dask scheduler {proc.exit_description()} while the workflow was "
+                f"running. Its log ({proc.log_path}) ends with:\n{proc.tail(10)}"
+            )
+        if self.workers and all(p.status is Status.exited for p in self.workers):
+            ended = "\n".join(
+                f"--- the {p.name} {p.exit_description()}; its log ({p.log_path}) ends "
+                f"with:\n{p.tail(6)}"
+                for p in self.workers
+            )
+            return f"every Dask worker process has ended:\n{ended}"
         return None
+
+    def deaths(self) -> list[str]:
+        records = []
+        with contextlib.suppress(OSError):
+            for path in sorted(self.record_dir.glob("*.json")):
+                with contextlib.suppress(OSError, ValueError):
+                    records.append(json.loads(path.read_text()))
+        return [f"{r.get('name')} (pid {r.get('pid')}) {r.get('exit')}" for r in records]
+
+    def stop_workers(self) -> None:
+        for proc in self.workers:  # all at once, so that their waits overlap
+            proc.terminate()
+        for proc in self.workers:
+            proc.close(STOP_TIMEOUT)
 
     def worker_hint(self) -> str:
         """What to try when workers do not come up (overridden per source)."""
@@ -264,7 +368,8 @@ class ProcessCluster(ClusterSource):
 
     def close(self) -> None:
         started = time.monotonic()
-        retired = self._retire_workers() if self.client is not None else 0
+        scheduler_up = self.client is not None and not self.scheduler_lost()
+        retired = self._retire_workers() if scheduler_up else 0
         # Only when all were retired: a process whose worker never registered (start-up
         # failed) would not exit by itself.
         if retired >= self.expected_workers:
@@ -273,10 +378,7 @@ class ProcessCluster(ClusterSource):
                 proc.status is Status.running for proc in self.workers
             ):
                 time.sleep(0.02)
-        for proc in self.workers:  # the rest all at once, so that their waits overlap
-            proc.terminate()
-        for proc in self.workers:
-            proc.close(STOP_TIMEOUT)
+        self.stop_workers()
         if self.client is not None:
             with contextlib.suppress(Exception):
                 self.client.close(timeout=2)
@@ -291,10 +393,10 @@ class ProcessCluster(ClusterSource):
         client: Any = self.client
         try:
             # Named, or Dask's heuristic picks only idle workers: none on Ctrl-C.
-            workers = list(client.scheduler_info(n_workers=-1)["workers"])
+            info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=2)
             retired = client.sync(
                 client.scheduler.retire_workers,
-                workers=workers,
+                workers=list(info["workers"]),
                 close_workers=True,
                 callback_timeout=RETIRE_TIMEOUT,
             )
@@ -302,6 +404,14 @@ class ProcessCluster(ClusterSource):
         except Exception as e:  # the processes are stopped next either way
             logger.debug("retiring workers failed: %s", e)
             return 0
+
+
+def clear_records(record_dir: Path) -> None:
+    """Remove the supervisors' records of an earlier run."""
+    with contextlib.suppress(FileNotFoundError):
+        for path in record_dir.iterdir():
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def owner_environment() -> dict[str, str]:

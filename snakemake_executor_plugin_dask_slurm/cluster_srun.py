@@ -10,25 +10,34 @@ waits for *every* expected worker while watching every step, and tears down in o
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
 from .cluster import ProcessCluster, dashboard_link, owner_environment
-from .cluster_local import file_locking_env, scheduler_options, worker_options
+from .cluster_local import (
+    file_locking_env,
+    record_dir,
+    scheduler_options,
+    supervisor_options,
+    worker_options,
+)
 from .commands import (
-    NODE_WORKER_MODULE,
+    SUPERVISOR_MODULE,
     dask_option_names,
-    node_worker_command,
     scheduler_command,
     srun_step_command,
+    supervised_worker_command,
+    sweep_step_command,
 )
 from .errors import DaskSlurmError
 from .layout import NodeGroup, WorkerLayout, plan_layout
-from .network import choose_scheduler_host
+from .network import check_bindable, choose_scheduler_host
 from .preflight import (
     check_dask_cli,
     find_slurm_commands,
@@ -45,6 +54,18 @@ PREFLIGHT_TIMEOUT = 60.0
 SCONTROL_TIMEOUT = 15.0
 #: Asked only once the cluster broke, on Snakemake's thread: keep it short.
 JOB_STATE_TIMEOUT = 5.0
+#: Seconds for the srun step that ends a lost worker's jobs when its supervisor is gone.
+SWEEP_TIMEOUT = 30.0
+
+logger = logging.getLogger(__name__)
+
+
+def node_of_worker(worker: str, nodes: Sequence[str]) -> str | None:
+    """The node a worker named ``n3`` or ``n3-1`` (several a node) runs on."""
+    if worker in nodes:
+        return worker
+    base = worker.rpartition("-")[0]
+    return base if base in nodes else None
 
 
 def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
@@ -92,14 +113,10 @@ class SrunCluster(ProcessCluster):
         steps, payloads = [], []
         for index, group in enumerate(layout.groups):
             opts = worker_options(
-                config,
-                scheduler_file,
-                group.threads_per_worker,
-                group.workers_per_node,
-                group_resources(group, alloc),
-                None,
+                config, scheduler_file, group.threads_per_worker, group_resources(group, alloc)
             )
-            payload = node_worker_command(python, opts)
+            supervisor = supervisor_options(config, None, group.workers_per_node > 1)
+            payload = supervised_worker_command(python, supervisor, opts)
             argv = srun_step_command(
                 group, job_name=STEP_NAME, srun_args=config.srun_args, payload=payload, srun=srun
             )
@@ -110,15 +127,18 @@ class SrunCluster(ProcessCluster):
             "Dask scheduler", scheduler_argv, log_dir / "scheduler.log", owner_environment()
         )
         super().__init__(
-            scheduler, steps, scheduler_file, layout.total_workers, config.startup_timeout
+            scheduler,
+            steps,
+            scheduler_file,
+            layout.total_workers,
+            config.startup_timeout,
+            record_dir(config),
+            config.nanny,
         )
         self.alloc, self.layout, self.host, self.log_dir = alloc, layout, host, log_dir
         self.python, self.payloads, self.scontrol = python, payloads, scontrol
+        self.srun = srun
         self.show_dashboard = config.dashboard
-        # Without a nanny (one worker per node) nothing restarts a worker that died.
-        self.watch_worker_count = not config.nanny and all(
-            g.workers_per_node == 1 for g in layout.groups
-        )
         self.description = (
             f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
             f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)"
@@ -143,6 +163,7 @@ class SrunCluster(ProcessCluster):
             others[0] if others else None,
             alloc.this_node_is_allocated,
         )
+        check_bindable(host[0])
         cluster = cls(config, alloc, layout, host, commands.srun, log_dir, commands.scontrol)
         cluster.preflight()
         return cluster
@@ -155,7 +176,7 @@ class SrunCluster(ProcessCluster):
             dask_option_names(self.scheduler.argv),
             (*worker_opts, "--name"),
             PREFLIGHT_TIMEOUT,
-            worker_module=NODE_WORKER_MODULE,
+            worker_module=SUPERVISOR_MODULE,
         )
 
     def problem(self) -> str | None:
@@ -166,13 +187,39 @@ class SrunCluster(ProcessCluster):
         it really was, so the message does not depend on that race.
         """
         seen = super().problem()
-        if seen is None or self.scontrol is None:
-            return seen
+        if seen is None:
+            return None
+        ended = self.allocation_problem()
+        return f"{ended}. What the plugin saw: {seen}" if ended else seen
+
+    def allocation_problem(self) -> str | None:
+        if self.scontrol is None:
+            return None
         state = scontrol_job_state(self.scontrol, self.alloc.job_id, JOB_STATE_TIMEOUT)
         ended = allocation_ended(self.alloc.job_id, state) if state else None
-        if ended is None:
-            return seen
-        return f"{ended}, and its Dask workers with it. What the plugin saw: {seen}"
+        return f"{ended}, and its Dask workers with it" if ended else None
+
+    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+        """End the processes of ``keys`` on ``worker``'s node with a one-task srun step."""
+        node = node_of_worker(worker, self.alloc.nodes)
+        if node is None:
+            return None
+        argv = sweep_step_command(node, self.python, keys, self.srun)
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=SWEEP_TIMEOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            logger.warning("sweep on %s failed: %s", node, e)
+            return None
+        if done.returncode != 0:
+            logger.warning("sweep on %s failed: %s", node, (done.stderr or done.stdout)[-500:])
+            return None
+        return f"an srun step on {node} ended them ({done.stdout.strip()})"
 
     def worker_hint(self) -> str:
         return (

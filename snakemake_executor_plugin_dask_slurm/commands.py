@@ -19,7 +19,7 @@ from .layout import NodeGroup
 
 SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
 WORKER_MODULE = "distributed.cli.dask_worker"
-NODE_WORKER_MODULE = "snakemake_executor_plugin_dask_slurm.node_worker"
+SUPERVISOR_MODULE = "snakemake_executor_plugin_dask_slurm.supervisor"
 
 
 @dataclass(frozen=True)
@@ -36,22 +36,30 @@ class SchedulerOptions:
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """What each ``dask worker`` command is told (it may start several processes)."""
+    """What each ``dask worker`` is told. One process, no nanny: the plugin's supervisor
+    starts it, names it, and ends what its jobs leave behind (see :mod:`.supervisor`)."""
 
     scheduler_file: str
     nthreads: int
-    nworkers: int = 1
     resources: tuple[tuple[str, float], ...] = ()
-    name: str | None = None
     local_directory: str | None = None
     interface: str | None = None
-    nanny: bool = True
     death_timeout: float = 60.0
     # "0" turns off Dask's memory management: rule jobs are child processes whose memory
     # the worker does not count, so its limit would only mislead.
     memory_limit: str = "0"
     dashboard: bool = False  # one dashboard per worker is rarely wanted and opens ports
     extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SupervisorOptions:
+    """What the supervisor of one worker is told."""
+
+    record_dir: str
+    name: str | None = None  # None: the SLURM node's name (srun steps)
+    indexed: bool = False  # append the task's index on its node (several workers a node)
+    restarts: int = 0  # how often to restart a worker killed by a signal
 
 
 def _number(value: float) -> str:
@@ -102,24 +110,18 @@ def scheduler_command(python: str, opts: SchedulerOptions) -> list[str]:
 
 def worker_args(opts: WorkerOptions) -> list[str]:
     """The ``dask worker`` options alone, without interpreter and module."""
-    if opts.nthreads < 1 or opts.nworkers < 1:
-        raise ValueError(
-            f"A Dask worker needs at least one process and one thread, got "
-            f"nworkers={opts.nworkers}, nthreads={opts.nthreads}"
-        )
+    if opts.nthreads < 1:
+        raise ValueError(f"A Dask worker needs at least one thread, got {opts.nthreads}")
     resources = format_resources(opts.resources) if opts.resources else None
     return [
         "--scheduler-file",
         opts.scheduler_file,
         "--nthreads",
         str(opts.nthreads),
-        "--nworkers",
-        str(opts.nworkers),
         *_option("--resources", resources),
-        *_option("--name", opts.name),
         *_option("--local-directory", opts.local_directory),
         *_option("--interface", opts.interface),
-        "--nanny" if opts.nanny else "--no-nanny",
+        "--no-nanny",
         "--death-timeout",
         _number(opts.death_timeout),
         "--memory-limit",
@@ -129,23 +131,24 @@ def worker_args(opts: WorkerOptions) -> list[str]:
     ]
 
 
-def worker_command(python: str, opts: WorkerOptions) -> list[str]:
-    """``python -m distributed.cli.dask_worker ...`` for workers started on this machine."""
-    return [python, "-m", WORKER_MODULE, *worker_args(opts)]
-
-
-def node_worker_command(python: str, opts: WorkerOptions) -> list[str]:
-    """The payload of an srun step: a worker that names itself after its node.
-
-    One srun task runs on each node and all tasks get the same arguments, so the name
-    cannot be written here; :mod:`.node_worker` adds ``--name <node>`` on the node.
-    """
-    if opts.name is not None:
-        raise ValueError(
-            "An srun step's workers are named after their node; leave WorkerOptions.name "
-            f"unset (got {opts.name!r})."
-        )
-    return [python, "-m", NODE_WORKER_MODULE, *worker_args(opts)]
+def supervised_worker_command(
+    python: str, supervisor: SupervisorOptions, opts: WorkerOptions
+) -> list[str]:
+    """``python -m ...supervisor <its options> -- <dask worker options>``: one worker
+    under the plugin's supervisor, which adds ``--name`` (given, or the node's name)."""
+    return [
+        python,
+        "-m",
+        SUPERVISOR_MODULE,
+        *_option("--name", supervisor.name),
+        *(["--indexed"] if supervisor.indexed else []),
+        "--record-dir",
+        supervisor.record_dir,
+        "--restarts",
+        str(supervisor.restarts),
+        "--",
+        *worker_args(opts),
+    ]
 
 
 def srun_step_command(
@@ -156,9 +159,11 @@ def srun_step_command(
     payload: Sequence[str],
     srun: str = "srun",
 ) -> list[str]:
-    """The ``srun`` step that starts one task (one ``payload``) on each node of ``group``.
+    """The ``srun`` step that starts one task (one ``payload``, one worker) per worker on
+    each node of ``group``.
 
-    - ``--cpus-per-task`` is what each node was granted: never more (SLURM refuses it).
+    - ``--cpus-per-task`` is each worker's share of what its node was granted (the whole
+      grant with one worker per node): never more in all (SLURM refuses it).
     - ``--mem=0``: for a step, zero means all the job's memory on each node, whatever
       SLURM_MEM_PER_* the job's environment would otherwise pass to srun.
     - ``--overlap`` lets the step share CPUs, memory and GPUs with other steps, so a rule
@@ -174,13 +179,14 @@ def srun_step_command(
     one win.
     """
     count = len(group.nodes)
+    per_node = group.workers_per_node
     return [
         srun,
         f"--nodes={count}",
-        f"--ntasks={count}",
-        "--ntasks-per-node=1",
+        f"--ntasks={count * per_node}",
+        f"--ntasks-per-node={per_node}",
         f"--nodelist={','.join(group.nodes)}",
-        f"--cpus-per-task={group.cpus}",
+        f"--cpus-per-task={group.threads_per_worker}",
         "--mem=0",
         "--overlap",
         "--kill-on-bad-exit=0",
@@ -192,6 +198,30 @@ def srun_step_command(
     ]
 
 
+def sweep_step_command(node: str, python: str, keys: Sequence[str], srun: str) -> list[str]:
+    """One task on ``node`` that ends every process of the jobs ``keys`` still running
+    there (see :func:`.supervisor.sweep`): for a worker that died with its supervisor."""
+    return [
+        srun,
+        "--overlap",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--nodelist={node}",
+        "--cpus-per-task=1",
+        "--input=none",
+        "--export=ALL",
+        "--job-name=dask-slurm-sweep",
+        python,
+        "-m",
+        SUPERVISOR_MODULE,
+        "--sweep",
+        *keys,
+    ]
+
+
 def dask_option_names(argv: Sequence[str]) -> tuple[str, ...]:
-    """The ``--options`` in a Dask command line, in order, for the preflight check."""
+    """The ``--options`` in a Dask command line, in order, for the preflight check (in a
+    supervised worker's command, those after its ``--``)."""
+    if "--" in argv:
+        argv = argv[list(argv).index("--") + 1 :]
     return tuple(dict.fromkeys(a.split("=", 1)[0] for a in argv if a.startswith("--")))

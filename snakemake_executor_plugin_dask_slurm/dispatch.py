@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .tasks import Finished, JobFailed, TaskSpec
+from .tasks import Finished, JobFailed, LostWorker, TaskSpec
 from .worker_task import KILL_GRACE_SECONDS, kill_tasks, run_task
 
 if TYPE_CHECKING:
@@ -145,6 +145,55 @@ class Dispatcher:
             logger.debug("cancel failed: %s", e)
 
 
+def lost_worker(error: BaseException | None) -> LostWorker | None:
+    """The dead worker of a ``KilledWorker`` error (None for any other error)."""
+    worker = getattr(error, "last_worker", None) if type(error).__name__ == "KilledWorker" else None
+    if worker is None:
+        return None
+    executing = getattr(worker, "executing", None) or {}
+    return LostWorker(
+        name=str(getattr(worker, "name", None) or getattr(worker, "address", "?")),
+        pid=getattr(worker, "pid", None),
+        executing=frozenset(str(k) for k in executing),
+    )
+
+
+class WorkerWatch:
+    """The scheduler's live workers, kept from its worker add/remove events (pushed to
+    the client; no query): the status loop reads ``count`` every round, and must never
+    wait on a scheduler that may be gone."""
+
+    def __init__(self, client: Client, on_removed: Callable[[str], None]):
+        self._on_removed = on_removed
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+        # Subscribe before taking the snapshot: an event in between is then not lost.
+        client.subscribe_topic("all", self._on_event)
+        info = client.scheduler_info(n_workers=-1)
+        with self._lock:
+            self._live.update(info["workers"])
+
+    @property
+    def count(self) -> int:
+        return len(self._live)
+
+    def _on_event(self, event: tuple[float, Any]) -> None:
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else {}
+        if not isinstance(msg, dict):
+            return
+        action, address = msg.get("action"), msg.get("worker")
+        if not isinstance(address, str):
+            return
+        if action == "add-worker":
+            with self._lock:
+                self._live.add(address)
+        elif action == "remove-worker":
+            with self._lock:
+                self._live.discard(address)
+            if not msg.get("expected"):
+                self._on_removed(address)
+
+
 def finished_task(future: Future) -> Finished:
     """What became of a task whose future is done."""
     key = str(future.key)
@@ -155,7 +204,8 @@ def finished_task(future: Future) -> Finished:
         error = future.exception(timeout=KILL_TIMEOUT)  # came with the task's state
         if isinstance(error, JobFailed):
             return Finished(key, False, outcome=error.outcome)
-        return Finished(key, False, problem=describe_exception(error or RuntimeError(status)))
+        problem = describe_exception(error or RuntimeError(status))
+        return Finished(key, False, problem=problem, lost_on=lost_worker(error))
     reason = getattr(getattr(future, "_state", None), "exception", None)
     return Finished(
         key, False, problem=f"its Dask task was {status}" + (f" ({reason})" if reason else "")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -27,12 +28,20 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .cluster import ClusterSource
-from .dispatch import Dispatcher, SubmitFailed
+from .dispatch import Dispatcher, SubmitFailed, WorkerWatch
 from .job_commands import JobCommandBuilder
-from .reporting import failure_message, job_label, speed_hint
+from .recovery import Gone, Recovery
+from .reporting import (
+    LOST_TWICE,
+    failure_message,
+    job_label,
+    lost_job_message,
+    speed_hint,
+    unconfirmed_verdict,
+)
 from .resources import Capacity, job_request, unsatisfiable_message
 from .sources import make_source
-from .tasks import Finished, TaskSpec
+from .tasks import Finished, LostWorker, TaskSpec
 from .validation import RunConfig, resolve
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -44,6 +53,8 @@ HEALTH_CHECK_INTERVAL = 0.5
 #: so that the first tasks of a large round start at once.
 CHUNK_JOBS = 64
 CHUNK_SECONDS = 0.02
+#: A job whose worker died while it ran this often is not run again.
+MAX_LOSSES = 2
 
 
 class Executor(RemoteExecutor):
@@ -58,6 +69,13 @@ class Executor(RemoteExecutor):
         self._sigterm: threading.Event | None = None
         self._stop_lock = threading.Lock()
         self._stop_reason: str | None = None
+        #: Set when the cluster broke: every job still registered then fails, once its
+        #: processes are gone (see _fail_run).
+        self._fatal: str | None = None
+        self._quiet: set[str] = set()  # jobs whose failure _fail_run already explained
+        self._recovery: Recovery | None = None
+        self._watch: WorkerWatch | None = None
+        self._no_workers_since: float | None = None
         self._next_health_check = 0.0
         super().__init__(workflow, logger)
 
@@ -95,6 +113,10 @@ class Executor(RemoteExecutor):
             source.close()
             raise
         self._source = source
+        self._recovery = Recovery(
+            source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
+        )
+        self._watch = WorkerWatch(client, lambda _address: self._on_removed())
         self._dispatcher = Dispatcher(client, self._wake)
 
     def _hint_speed(self) -> None:
@@ -164,7 +186,8 @@ class Executor(RemoteExecutor):
                     refused.append((job_info, msg))
                     continue
                 spec, way = item
-                job_info.aux = {"way": way, "log": spec.log_path}
+                # spec and request: to run it again if its worker dies under it
+                job_info.aux = {"way": way, "log": spec.log_path, "spec": spec, "request": request}
                 if self._stop_reason:
                     msg = f"{job_label(job_info.job)} was not started: {self._stop_reason}\n"
                     refused.append((job_info, msg))
@@ -209,6 +232,8 @@ class Executor(RemoteExecutor):
     def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
         # The base class appends "see the cluster/cloud log" to every message; ours
         # already name the job's own log.
+        if job_info.external_jobid in self._quiet:
+            return  # _fail_run said why, once for all of them
         if job_info.external_jobid is not None:
             kwargs["external_jobid"] = job_info.external_jobid
         job_info.job.log_error(msg, **kwargs)
@@ -250,7 +275,11 @@ class Executor(RemoteExecutor):
 
     def _finish_stop(self, keys: list[str]) -> None:
         """Kill those jobs; each is then reported failed (blocks a few seconds)."""
-        if self._dispatcher is not None:
+        if self._dispatcher is None or self._source is None:
+            return
+        if self._source.scheduler_lost():
+            self._source.stop_workers()  # their supervisors end the jobs
+        else:
             self._dispatcher.stop(keys)
 
     def _stop_all(self, reason: str) -> None:
@@ -288,30 +317,190 @@ class Executor(RemoteExecutor):
         for _ in ():
             yield _
 
-    def _check_cluster(self) -> None:
-        """At most twice a second: if a process of the cluster died, fail what it ran."""
+    def _check_cluster(self, force: bool = False) -> None:
+        """At most twice a second (or now, with ``force``): whether the cluster can still
+        run jobs; if not, stop the run (:meth:`_fail_run`)."""
         now = time.monotonic()
-        if now < self._next_health_check or self._stop_reason or self._source is None:
+        if self._fatal or self._source is None:
+            return
+        if not force and (now < self._next_health_check or self._stop_reason):
             return
         self._next_health_check = now + HEALTH_CHECK_INTERVAL
-        problem = self._source.problem()
+        problem = self._source.problem() or self._no_worker_problem(now)
         if problem:
-            reason = f"the Dask cluster broke: {problem}"
-            self.logger.error(f"dask-slurm: {reason}")
-            threading.Thread(target=self._stop_all, args=(reason,), daemon=True).start()
+            self._start_fail_run(f"the Dask cluster broke: {problem}")
+
+    def _no_worker_problem(self, now: float) -> str | None:
+        """No worker left: the end, unless dead workers are restarted (then after the
+        start-up timeout without one)."""
+        if self._watch is None or self._watch.count > 0:
+            self._no_workers_since = None
+            return None
+        if self._no_workers_since is None:
+            self._no_workers_since = now
+        waited = now - self._no_workers_since
+        if self._source is not None and self._source.restarts_workers:
+            if waited < self.config.startup_timeout:
+                return None
+            return f"no Dask worker has been alive for {waited:.0f} s"
+        deaths = "; ".join(self._source.deaths()) if self._source else ""
+        return (
+            f"no Dask worker is left ({deaths or 'every worker died'}; nothing restarts "
+            f"them: see the worker logs in {self.config.run_dir / 'logs'}; "
+            "--dask-slurm-nanny restarts a worker that dies)"
+        )
 
     def _report(self, finished: Finished) -> None:
-        job_info = self._jobs.pop(finished.key, None)
+        job_info = self._jobs.get(finished.key)
         if job_info is None:  # killed and forgotten during cancellation
             return
         if finished.ok:
+            self._jobs.pop(finished.key, None)
             self.report_job_success(job_info)
             return
+        if finished.lost_on is not None and not self._fatal:
+            assert self._recovery is not None
+            self._recovery.lost(finished.key, finished.lost_on)  # stays registered
+            return
+        if finished.outcome is None:
+            # Cancelled, or lost with the scheduler: its processes may still run. If the
+            # cluster broke, _fail_run reports it once they are gone.
+            self._check_cluster(force=True)
+            if self._fatal:
+                return
+        self._jobs.pop(finished.key, None)
         aux = job_info.aux or {}
         if self._stop_reason and finished.outcome is None:
             finished = Finished(finished.key, False, problem=f"stopped: {self._stop_reason}")
         msg = failure_message(job_info.job, finished, aux.get("way", "?"), aux.get("log", "?"))
         self.report_job_error(job_info, msg=msg, aux_logs=[aux.get("log")])
+
+    # -- the cluster broke -----------------------------------------------------------
+
+    def _start_fail_run(self, reason: str) -> None:
+        with self._stop_lock:
+            if self._fatal:
+                return
+            self._fatal = reason
+            self._stop_reason = self._stop_reason or reason
+        threading.Thread(target=self._fail_run, args=(reason,), daemon=True).start()
+
+    def _fail_run(self, reason: str) -> None:
+        """Stop every job, then fail each, with one message for all of them.
+
+        The jobs are failed only once their processes are gone (the workers stopped,
+        whose supervisors end them), so that Snakemake's removal of their outputs is
+        final: no job left running can write them back.
+        """
+        assert self._source is not None and self._dispatcher is not None
+        with self._stop_lock:
+            keys = list(self._jobs)
+        self.logger.error(f"dask-slurm: {reason}")
+        if keys and not self._source.scheduler_lost():
+            self._dispatcher.stop(keys)
+        self._source.stop_workers()
+        with self._stop_lock:
+            left = dict(self._jobs)
+            self._jobs.clear()
+            self._quiet.update(left)
+        if left:
+            rules = sorted(job_label(info.job).split(" (")[0] for info in left.values())
+            counts = ", ".join(f"{r} ({rules.count(r)})" for r in dict.fromkeys(rules))
+            self.logger.error(
+                f"dask-slurm: stopping the run; the {len(left)} job(s) it still had, all "
+                f"ended now, fail: {counts}. Run the same command again (in a new "
+                "allocation if this one ended): Snakemake redoes only what is missing."
+            )
+        for job_info in left.values():
+            self.report_job_error(job_info, msg=f"stopped: {reason}")
+
+    # -- a worker died ---------------------------------------------------------------
+
+    def _on_removed(self) -> None:
+        """A worker left the scheduler unexpectedly (Dask's event thread)."""
+        self._wake()
+        if self._recovery is not None:
+            self._recovery.worker_removed()
+
+    def _on_worker_removed(self) -> None:
+        """(Recovery thread) Did the allocation end under the workers?"""
+        if self._source is not None and not self._fatal:
+            problem = self._source.allocation_problem()
+            if problem:
+                self._start_fail_run(f"the Dask cluster broke: {problem}")
+
+    def _on_gone(self, worker: LostWorker, keys: list[str], gone: Gone | None) -> None:
+        """(Recovery thread) The jobs of a dead worker: their processes are gone (or
+        could not be ended): run each again elsewhere, or fail it."""
+        self._on_worker_removed()
+        for key in keys:
+            with self._stop_lock:
+                job_info = self._jobs.get(key)
+                stop = self._stop_reason
+            if job_info is None or self._fatal:  # cancelled, or left to _fail_run
+                continue
+            aux = job_info.aux or {}
+            running = key in worker.executing or (
+                gone is not None and key in gone.record.get("jobs_left_running", ())
+            )
+            if running:
+                aux.setdefault("lost_on", []).append(worker.name)
+            label = job_label(job_info.job)
+            how = f"it {gone.worker_exit}, and {gone.how}" if gone else None
+            if gone is None:
+                verdict = unconfirmed_verdict(worker.name, key)
+            elif stop:
+                verdict = f"It is not run again: {stop}."
+            elif len(aux.get("lost_on", ())) >= MAX_LOSSES:
+                verdict = f"Its workers died under it on {', '.join(aux['lost_on'])}. {LOST_TWICE}"
+            else:
+                again = "Running it again on another worker."
+                self.logger.info(
+                    f"dask-slurm: {lost_job_message(label, worker.name, running, how, again)}"
+                )
+                self._rerun(key, job_info)
+                continue
+            self._fail(key, job_info, lost_job_message(label, worker.name, running, how, verdict))
+
+    def _fail(self, key: str, job_info: SubmittedJobInfo, msg: str) -> None:
+        with self._stop_lock:
+            if self._jobs.pop(key, None) is None:
+                return
+        self.report_job_error(job_info, msg=msg)
+
+    def _rerun(self, key: str, job_info: SubmittedJobInfo) -> None:
+        """Run a lost job again, as the same Snakemake attempt, under a new task key,
+        after removing what its dead copy wrote."""
+        job, aux = job_info.job, job_info.aux or {}
+        spec: TaskSpec = aux["spec"]
+        reruns = aux["reruns"] = aux.get("reruns", 0) + 1
+        base = aux.setdefault("key", key)
+        log = aux.setdefault("first_log", spec.log_path).removesuffix(".log")
+        new = dataclasses.replace(
+            spec, key=f"{base}-r{reruns}", log_path=f"{log}.rerun{reruns}.log"
+        )
+        try:
+            self.workflow.async_run(job.remove_existing_output())
+            if aux.get("way") == "direct":  # the general way's own Snakemake prepares
+                for f in (*job.output, *job.log):
+                    f.prepare()
+        except Exception as e:
+            self._fail(key, job_info, f"{job_label(job)} could not be run again: {e}\n")
+            return
+        with self._stop_lock:
+            if self._stop_reason or self._jobs.pop(key, None) is None:
+                refused = self._stop_reason or ""
+            else:
+                refused = None
+                self._jobs[new.key] = job_info
+                aux.update(spec=new, log=new.log_path)
+                lost = self._hand_over([(new, aux["request"])])
+        if refused is not None:
+            if refused:
+                self._fail(key, job_info, f"{job_label(job)} was not run again: {refused}\n")
+            return
+        for info, msg in lost:
+            self.report_job_error(info, msg=msg)
 
     # -- ending ------------------------------------------------------------------------
 
@@ -322,7 +511,9 @@ class Executor(RemoteExecutor):
             self._stop_reason = self._stop_reason or "the workflow was cancelled"
             keys = list(self._jobs)
             self._jobs.clear()
-        if self._dispatcher is not None:
+        if self._source is not None and self._source.scheduler_lost():
+            self._source.stop_workers()  # their supervisors end the jobs
+        elif self._dispatcher is not None:
             self._dispatcher.kill(keys)
 
     def shutdown(self) -> None:
@@ -339,7 +530,9 @@ class Executor(RemoteExecutor):
             return
         started = time.monotonic()
         try:
-            if self._jobs and self._dispatcher is not None:
+            if self._recovery is not None:
+                self._recovery.close()
+            if self._jobs and self._dispatcher is not None and not self._source.scheduler_lost():
                 self._dispatcher.kill(list(self._jobs))
         finally:
             self._source.close()

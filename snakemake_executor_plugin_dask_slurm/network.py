@@ -92,3 +92,30 @@ def choose_scheduler_host(
     if this_node_is_allocated:
         return "127.0.0.1", "loopback: a one-node allocation, and the workers run here"
     return "127.0.0.1", "loopback: a local run, so only this machine needs to connect"
+
+
+def check_bindable(host: str | None) -> None:
+    """Fail at once, naming the reason, if the scheduler could not listen on ``host``
+    (an address this machine does not have, a name that does not resolve)."""
+    if not host:
+        return
+    try:
+        infos = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except socket.gaierror as error:
+        raise NetworkError(
+            f"The scheduler cannot listen on {host!r}: the name does not resolve "
+            f"({error}). Give an address or name of this machine "
+            "(--dask-slurm-scheduler-host), or a network interface (--dask-slurm-interface)."
+        ) from error
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(address)
+        except OSError as error:
+            raise NetworkError(
+                f"The scheduler cannot listen on {host} ({address[0]}): {error.strerror} "
+                f"[errno {error.errno}]. {host} is probably not an address of "
+                f"{socket.gethostname()}; give one of its addresses or names "
+                "(--dask-slurm-scheduler-host), or a network interface "
+                "(--dask-slurm-interface)."
+            ) from error

@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .commands import NODE_WORKER_MODULE, SCHEDULER_MODULE, WORKER_MODULE
+from .commands import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE
 from .errors import DaskSlurmError
 from .slurm_env import GONE, parse_job_state
+from .supervisor import WORKER_HELP
 
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
 # Successful --help answers per (interpreter, module): a run checks several option sets.
@@ -31,7 +32,7 @@ class PreflightError(DaskSlurmError):
 
 
 def _install_hint(python: str, module: str) -> str:
-    if module == NODE_WORKER_MODULE:
+    if module == SUPERVISOR_MODULE:
         return (
             f"Install this plugin and Dask's distributed in that environment ('{python} -m "
             "pip install snakemake-executor-plugin-dask-slurm'), or point the plugin at an "
@@ -50,7 +51,7 @@ def _options_in_process(module: str) -> str | None:
     answers the same question as running ``--help`` in a subprocess, in milliseconds
     instead of the second it takes to import distributed again.
     """
-    target = WORKER_MODULE if module == NODE_WORKER_MODULE else module
+    target = WORKER_MODULE if module == SUPERVISOR_MODULE else module
     try:
         importlib.import_module(module)
         command = importlib.import_module(target).main
@@ -70,7 +71,7 @@ def _help_text(python: str, module: str, timeout: float) -> str:
         if options is not None:
             _help_cache[python, module] = options
             return options
-    command = [python, "-m", module, "--help"]
+    command = [python, "-m", module, WORKER_HELP if module == SUPERVISOR_MODULE else "--help"]
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
@@ -111,8 +112,8 @@ def check_dask_cli(
     """Check that ``python`` can run Dask's scheduler and worker with these options.
 
     Options are names such as ``--nworkers`` (``commands.dask_option_names`` extracts them
-    from a built command). Pass ``worker_module=NODE_WORKER_MODULE`` for srun workers: its
-    ``--help`` is Dask's worker help reached through the plugin's node_worker, so it also
+    from a built command). Pass ``worker_module=SUPERVISOR_MODULE`` for the plugin's workers:
+    its ``--worker-help`` is Dask's worker help reached through the plugin's supervisor, so it also
     proves the plugin is importable there. Each ``--help`` runs once per interpreter.
     """
     wanted = {SCHEDULER_MODULE: scheduler_options, worker_module: worker_options}

@@ -13,7 +13,6 @@ import enum
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import time
@@ -22,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DaskSlurmError
+from .logtail import read_tail
+from .proctree import describe_exit, session_members
 
 logger = logging.getLogger(__name__)
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class Status(enum.Enum):
@@ -36,32 +35,9 @@ class Status(enum.Enum):
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
-    """The last ``lines`` lines of a log, colour codes removed; "" if unreadable."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 65536))
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(_ANSI.sub("", text).splitlines()[-lines:])
-
-
-def session_members(sid: int) -> list[int]:
-    """PIDs of the live processes in session ``sid`` (read from /proc; Linux)."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        # fields[0] is the state, fields[3] the session id
-        if fields[0] not in ("Z", "X") and int(fields[3]) == sid:
-            members.append(int(entry))
-    return members
+    """The last ``lines`` lines of a Dask process's log, tracebacks folded to their
+    exception lines; "" if unreadable."""
+    return read_tail(path, lines, fold=True)
 
 
 def kill_session(sid: int) -> None:
@@ -87,7 +63,7 @@ class ManagedProcess:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         logger.debug("starting %s: %s", self.name, list(self.argv))
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "wb") as log:  # this run's lines only
             try:
                 self.proc = subprocess.Popen(
                     list(self.argv),
@@ -121,11 +97,7 @@ class ManagedProcess:
 
     def exit_description(self) -> str:
         code = self.returncode
-        if code is None:
-            return "is still running"
-        if code < 0:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        return f"exited with code {code}"
+        return "is still running" if code is None else describe_exit(code)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the process and its group: SIGTERM, wait up to ``timeout``, SIGKILL."""

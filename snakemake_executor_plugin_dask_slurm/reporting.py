@@ -3,32 +3,24 @@
 from __future__ import annotations
 
 import os
-import signal
 from typing import Any
 
+from .proctree import JOB_MARKER, describe_exit
 from .tasks import Finished
 
-#: Exit codes a shell uses for "could not even start the command".
-_START_CODES = {
-    126: "the command was found but could not be executed (permission denied?)",
-    127: "command not found",
-}
+#: Why a job lost with its worker is not run again, when it took its worker down twice.
+LOST_TWICE = (
+    "It was running both times, so the job itself probably takes its worker down, e.g. "
+    "by using more memory than the node has (the kernel's out-of-memory killer then "
+    "kills the biggest process with SIGKILL). It is not run again: give it more memory "
+    "(a bigger allocation, fewer jobs per node) or check it on its own."
+)
 
 
 def job_label(job: Any) -> str:
     if job.is_group():
         return f"group job {job.name} ({', '.join(sorted(set(job.rules)))})"
     return f"rule {job.name} (jobid {job.jobid}, attempt {job.attempt})"
-
-
-def describe_returncode(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    meaning = _START_CODES.get(code)
-    return f"exited with code {code}" + (f" ({meaning})" if meaning else "")
 
 
 def _short_path(path: str) -> str:
@@ -46,11 +38,30 @@ def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> st
         return f"{label} did not finish: {finished.problem}. Log: {log}\n"
     if outcome.start_error:
         return f"{label} could not be started on {outcome.host}: {outcome.start_error}. Log: {log}"
-    what = describe_returncode(outcome.returncode)
+    what = describe_exit(outcome.returncode)
     tail = outcome.tail.strip() or "(no output)"
     return (
         f"{label} {what} on {outcome.host} after {outcome.finished - outcome.started:.1f} s "
         f"(run the {way} way). Last lines of its output:\n{tail}\nFull log: {log}\n"
+    )
+
+
+def lost_job_message(
+    label: str, worker: str, was_running: bool, how: str | None, verdict: str
+) -> str:
+    """A job whose worker died: where it was, what became of its processes, and what the
+    plugin does about it (``verdict``)."""
+    where = f"was running on {worker}" if was_running else f"was waiting, not started, on {worker}"
+    ended = f": {how}" if how else ""
+    return f"{label} {where} when that worker died{ended}. {verdict}\n"
+
+
+def unconfirmed_verdict(worker: str, key: str) -> str:
+    return (
+        "The plugin could not make sure that the job's processes ended (no word from the "
+        "worker's supervisor, and they could not be ended another way), so it is not run "
+        f"again. Before you run the workflow again, look on {worker} for processes whose "
+        f"environment holds {JOB_MARKER}={key} and end them."
     )
 
 

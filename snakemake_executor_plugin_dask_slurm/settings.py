@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from snakemake_interface_executor_plugins.settings import ExecutorSettingsBase
+from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
 CLUSTER_CHOICES = ("auto", "local", "srun", "attach")
 FILE_LOCKING_CHOICES = ("dask-default", "on", "off")
@@ -159,3 +159,20 @@ class ExecutorSettings(ExecutorSettingsBase):
             "(Dask's scheduler always serves one) and no link printed."
         },
     )
+
+
+common_settings = CommonSettings(
+    # Jobs run on the Dask cluster, not in Snakemake's own process pool.
+    non_local_exec=True,
+    # The allocation's nodes share the working directory (as on every HPC cluster).
+    implies_no_shared_fs=False,
+    job_deploy_sources=False,
+    # Workers inherit the environment, but declared envvars are passed explicitly too.
+    pass_envvar_declarations_to_cmd=True,
+    # On a shared filesystem a per-job pip install of storage plugins is pure cost.
+    auto_deploy_default_storage_provider=False,
+    init_seconds_before_status_checks=0,
+    # Group jobs run as one task: their job command runs the group's members.
+    pass_group_args=True,
+    spawned_jobs_assume_shared_fs=False,
+)

@@ -8,6 +8,7 @@ from typing import Any
 
 from .cluster import AttachCluster, ClusterSource
 from .cluster_local import LocalCluster
+from .network import check_bindable, choose_scheduler_host
 from .slurm_env import cpus_for_this_node, in_allocation
 from .validation import RunConfig
 
@@ -47,4 +48,8 @@ def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
             "dask-slurm: running on a local Dask cluster inside SLURM allocation "
             f"{os.environ.get('SLURM_JOB_ID')}: only this machine's granted CPUs are used"
         )
-    return LocalCluster(config, cpus, cpus_source, mem_mb, log_dir)
+    host, _ = choose_scheduler_host(config.interface, config.scheduler_host, None, False)
+    check_bindable(host)
+    cluster = LocalCluster(config, cpus, cpus_source, mem_mb, log_dir, host or "127.0.0.1")
+    cluster.preflight()
+    return cluster

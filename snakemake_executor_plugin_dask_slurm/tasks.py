@@ -57,6 +57,16 @@ class JobFailed(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class LostWorker:
+    """A worker that died while it held tasks (Dask's ``KilledWorker``)."""
+
+    name: str
+    pid: int | None
+    #: Keys of the tasks it was executing (not merely holding) when it died.
+    executing: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """A task that is no longer running: success, or the failed job's outcome, or why
     there is no outcome (worker lost, cancelled, ...)."""
@@ -65,3 +75,6 @@ class Finished:
     ok: bool
     outcome: TaskOutcome | None = None
     problem: str | None = None
+    #: Set when the task's worker died: its processes may still run until its
+    #: supervisor ends them, so the job is neither failed nor rerun before that.
+    lost_on: LostWorker | None = None

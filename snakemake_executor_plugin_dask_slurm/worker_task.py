@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -17,22 +18,30 @@ import subprocess
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from . import proctree
+from .logtail import read_tail
 from .tasks import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
 
 #: Seconds between SIGTERM and SIGKILL when a job is stopped.
 KILL_GRACE_SECONDS = 3.0
 #: Shorter at interpreter exit: the worker is already going (SIGKILL may follow).
 EXIT_GRACE_SECONDS = 1.0
+#: Seconds between looks for daemons of finished jobs (processes re-parented to the worker).
+ORPHAN_SCAN_INTERVAL = 1.0
 #: How much of a failed job's log comes back with its outcome.
 TAIL_LINES = 20
-_TAIL_BYTES = 16384
 _TMPDIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 
 _running: dict[str, subprocess.Popen[bytes]] = {}
+#: Keys of jobs being started (not yet in _running): their processes are not orphans.
+_starting: set[str] = set()
 #: Keys of jobs that were stopped: one that has not started yet must never start.
 _stopped: set[str] = set()
+#: Set in a Dask worker (by ``dask_setup``), never in Snakemake's own process.
+_in_worker = False
 _lock = threading.Lock()
 #: Log directories this worker already created (one mkdir per directory, not per job).
 _made_dirs: set[str] = set()
@@ -41,24 +50,13 @@ _made_dirs: set[str] = set()
 def _environment(spec: TaskSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.update(spec.env)
+    env[proctree.JOB_MARKER] = spec.key  # survives setsid and double forks: see proctree
     if spec.tmpdir is not None:
         tmp = tempfile.gettempdir() if spec.tmpdir == SYSTEM_TMPDIR else spec.tmpdir
         os.makedirs(tmp, exist_ok=True)  # as Snakemake's job preparation does
         for name in _TMPDIR_VARS:
             env[name] = tmp
     return env
-
-
-def read_tail(path: str, lines: int = TAIL_LINES) -> str:
-    """The last ``lines`` lines of ``path``, or "" if it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - _TAIL_BYTES))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
 
 
 def _open_log(path: str) -> Any:
@@ -72,6 +70,8 @@ def _open_log(path: str) -> Any:
 def _start(spec: TaskSpec, host: str, started: float) -> subprocess.Popen[bytes]:
     with _lock:
         stopped = spec.key in _stopped
+        if not stopped:
+            _starting.add(spec.key)
     if stopped:
         stop = "it was stopped before it started"
         raise JobFailed(TaskOutcome(-1, host, started, started, "", stop))
@@ -90,10 +90,13 @@ def _start(spec: TaskSpec, host: str, started: float) -> subprocess.Popen[bytes]
                 process_group=0,
             )
     except OSError as e:
+        with _lock:
+            _starting.discard(spec.key)
         error = f"{type(e).__name__}: {e}"
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error)) from None
     with _lock:
         _running[spec.key] = proc
+        _starting.discard(spec.key)
         stopped = spec.key in _stopped  # stopped while it was being started
     if stopped:
         _signal_group(proc, signal.SIGTERM)
@@ -111,10 +114,14 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
     try:
         returncode = proc.wait()
     finally:
+        # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
+        _signal_group(proc, signal.SIGKILL)
         with _lock:
             _running.pop(spec.key, None)
     if returncode:
-        outcome = TaskOutcome(returncode, host, started, time.time(), read_tail(spec.log_path))
+        outcome = TaskOutcome(
+            returncode, host, started, time.time(), read_tail(spec.log_path, TAIL_LINES)
+        )
         raise JobFailed(outcome)
     return TaskOutcome(0, host, started, time.time(), "")
 
@@ -158,9 +165,68 @@ def running_tasks() -> list[str]:
         return sorted(_running)
 
 
+def end_orphans() -> list[int]:
+    """Kill the daemons of finished jobs: processes re-parented to this worker (a child
+    subreaper) whose job marker names no job that still runs here. Returns their pids."""
+    table = proctree.scan()
+    with _lock:
+        known = {proc.pid for proc in _running.values()}
+        active = set(_running) | _starting
+    victims: list[int] = []
+    for pid in proctree.children_of(os.getpid(), table):
+        if pid in known:
+            continue
+        if not table[pid].alive:
+            proctree.reap([pid])
+            continue
+        key = proctree.job_marker(pid)
+        if key is not None and key not in active:
+            victims += proctree.descendants([pid], table)
+    proctree.send(victims, signal.SIGKILL)
+    return victims
+
+
+def _watch_orphans(stop: threading.Event) -> None:
+    while not stop.wait(ORPHAN_SCAN_INTERVAL):
+        try:
+            end_orphans()
+        except Exception:  # never let the watcher die; the next pass tries again
+            continue
+
+
+def dask_setup(worker: Any) -> None:
+    """Worker preload hook: adopt the jobs' orphans, and end those of finished jobs."""
+    global _in_worker
+    _in_worker = True
+    os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
+    if proctree.become_subreaper():
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=_watch_orphans, args=(stop,), name="dask-slurm-orphans", daemon=True
+        )
+        thread.start()
+
+
 def dask_teardown(worker: Any) -> None:
-    """Worker preload hook: a closing worker takes its jobs' processes with it."""
+    """Worker preload hook: a closing worker takes its jobs' processes with it, after
+    noting which ones it ran for its supervisor's record (see :mod:`.supervisor`)."""
+    _note_running(str(worker.name))
     _end_running_jobs(KILL_GRACE_SECONDS)
+    proctree.kill_all_below(os.getpid(), timeout=1.0)
+
+
+def _note_running(name: str) -> None:
+    from .supervisor import RECORD_DIR_VARIABLE, running_path
+
+    directory = os.environ.get(RECORD_DIR_VARIABLE)
+    with _lock:
+        keys = sorted(_running)
+    if not directory or not keys:
+        return
+    with contextlib.suppress(OSError):
+        path = running_path(Path(directory), name, os.getpid())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(keys))
 
 
 def _end_running_jobs(grace: float) -> None:
@@ -185,3 +251,5 @@ def _end_jobs_at_exit() -> None:
     Worker threads are daemons, so interpreter exit does not wait for them.
     """
     _end_running_jobs(EXIT_GRACE_SECONDS)
+    if _in_worker:  # adopted daemons too; never in Snakemake's own process
+        proctree.kill_all_below(os.getpid(), timeout=1.0)

@@ -155,15 +155,20 @@ def test_a_rule_can_start_its_own_srun_step(
 
 
 def run_failing(
-    cluster: SlurmTestCluster, tmp_path: Path, token: str, *args: str
+    cluster: SlurmTestCluster, tmp_path: Path, token: str, *args: str, started: bool = True
 ) -> tuple[Run, float]:
+    """Run the farm, expecting failure; ``started``: whether anything was started (and
+    so left its logs) before the failure."""
     workdir = farm(tmp_path)
-    started = time.monotonic()
+    begin = time.monotonic()
     run = in_allocation(cluster, workdir, token, "--dask-slurm-startup-timeout", "20", *args)
-    elapsed = time.monotonic() - started
+    elapsed = time.monotonic() - begin
     assert run.returncode != 0, run
     assert not list((workdir / "out").glob("*.txt")) if (workdir / "out").exists() else True
-    assert_cleaned_up(workdir)
+    if started:
+        assert_cleaned_up(workdir)
+    else:
+        assert not (workdir / ".snakemake/dask-slurm/logs/scheduler.log").exists(), run
     return run, elapsed
 
 
@@ -207,16 +212,18 @@ def test_workers_that_never_register(
     assert elapsed < 60
 
 
-def test_scheduler_that_dies(
+def test_a_scheduler_host_this_machine_does_not_have(
     slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
 ) -> None:
-    # An address this host does not have: the scheduler cannot bind and exits.
+    # An address this host does not have: refused before anything starts, with the reason.
     run, elapsed = run_failing(
-        slurm_cluster, tmp_path, no_leftovers, "--dask-slurm-scheduler-host", "10.77.0.99"
-    )
-    assert "The Dask scheduler exited with code" in run.output, run
-    assert "scheduler.log" in run.output
-    assert elapsed < 60
+        slurm_cluster, tmp_path, no_leftovers, "--dask-slurm-scheduler-host", "10.77.0.99",
+        started=False,
+    )  # fmt: skip
+    assert "The scheduler cannot listen on 10.77.0.99" in run.output, run
+    assert "Cannot assign requested address [errno 99]" in run.output, run
+    assert "Traceback" not in run.output
+    assert elapsed < 30
 
 
 def test_failing_rule_in_an_allocation_names_the_node(
@@ -307,7 +314,9 @@ def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
         output,
     )
     assert broke, output
-    assert "What the plugin saw: " in output, output
+    # One message for the whole run, not one block per job.
+    assert output.count("the Dask cluster broke") == 1, output
+    assert "Error in rule" not in output, output
     # Seconds from SLURM revoking the allocation (salloc: "Job allocation N has been
     # revoked.", or "Job N has exceeded its time limit and its allocation has been
     # revoked.") to the plugin saying so, and to the end of Snakemake: never a hang.

@@ -1,4 +1,4 @@
-"""Command builders: exact argument lists, invalid options, and the node-named worker."""
+"""Command builders: exact argument lists, invalid options, and the supervised worker."""
 
 from __future__ import annotations
 
@@ -10,16 +10,18 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.commands import (
     SchedulerOptions,
+    SupervisorOptions,
     WorkerOptions,
     dask_option_names,
     format_resources,
-    node_worker_command,
     scheduler_command,
     srun_step_command,
-    worker_command,
+    supervised_worker_command,
+    sweep_step_command,
+    worker_args,
 )
 from snakemake_executor_plugin_dask_slurm.layout import NodeGroup
-from snakemake_executor_plugin_dask_slurm.node_worker import node_name, worker_exec_argv
+from snakemake_executor_plugin_dask_slurm.supervisor import parse_args, worker_name
 
 PY = "/venv/bin/python"
 SCHED = [PY, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s.json"]
@@ -49,7 +51,7 @@ def test_scheduler_command_rejects_host_and_interface() -> None:
 
 
 WORKER_DEFAULT_TAIL = [
-    "--nanny",
+    "--no-nanny",
     "--death-timeout",
     "60",
     "--memory-limit",
@@ -63,29 +65,23 @@ WORKER_DEFAULT_TAIL = [
     [
         (
             WorkerOptions("/run/s.json", nthreads=4),
-            [
-                *("--scheduler-file", "/run/s.json", "--nthreads", "4", "--nworkers", "1"),
-                *WORKER_DEFAULT_TAIL,
-            ],
+            [*("--scheduler-file", "/run/s.json", "--nthreads", "4"), *WORKER_DEFAULT_TAIL],
         ),
         (
             WorkerOptions(
                 "/run/s.json",
                 nthreads=2,
-                nworkers=3,
                 resources=(("mem_mb", 2000.0), ("cpus", 2)),
-                name="local",
                 local_directory="/tmp/dask",
                 interface="ib0",
-                nanny=False,
                 death_timeout=7.5,
                 memory_limit="4GB",
                 dashboard=True,
                 extra_args=("--preload", "pkg.mod"),
             ),
             [
-                *("--scheduler-file", "/run/s.json", "--nthreads", "2", "--nworkers", "3"),
-                *("--resources", "cpus=2,mem_mb=2000", "--name", "local"),
+                *("--scheduler-file", "/run/s.json", "--nthreads", "2"),
+                *("--resources", "cpus=2,mem_mb=2000"),
                 *("--local-directory", "/tmp/dask", "--interface", "ib0", "--no-nanny"),
                 *("--death-timeout", "7.5", "--memory-limit", "4GB", "--dashboard"),
                 *("--preload", "pkg.mod"),
@@ -93,17 +89,14 @@ WORKER_DEFAULT_TAIL = [
         ),
     ],
 )
-def test_worker_command(opts: WorkerOptions, argv: list[str]) -> None:
-    assert worker_command(PY, opts) == [PY, "-m", "distributed.cli.dask_worker", *argv]
+def test_worker_args(opts: WorkerOptions, argv: list[str]) -> None:
+    assert worker_args(opts) == argv
 
 
-@pytest.mark.parametrize(
-    ("nthreads", "nworkers"),
-    [(0, 1), (1, 0), (-1, 1)],
-)
-def test_worker_command_rejects_empty_workers(nthreads: int, nworkers: int) -> None:
-    with pytest.raises(ValueError, match="at least one process and one thread"):
-        worker_command(PY, WorkerOptions("/s", nthreads=nthreads, nworkers=nworkers))
+@pytest.mark.parametrize("nthreads", [0, -1])
+def test_worker_args_rejects_empty_workers(nthreads: int) -> None:
+    with pytest.raises(ValueError, match="at least one thread"):
+        worker_args(WorkerOptions("/s", nthreads=nthreads))
 
 
 @pytest.mark.parametrize(
@@ -126,16 +119,36 @@ def test_format_resources_rejects_names(name: str) -> None:
         format_resources(((name, 1),))
 
 
-def test_node_worker_command_leaves_the_name_to_the_node() -> None:
+@pytest.mark.parametrize(
+    ("supervisor", "head"),
+    [
+        (SupervisorOptions("/run/workers"), ["--record-dir", "/run/workers", "--restarts", "0"]),
+        (
+            SupervisorOptions("/run/workers", name="local-1", indexed=False, restarts=3),
+            ["--name", "local-1", "--record-dir", "/run/workers", "--restarts", "3"],
+        ),
+        (
+            SupervisorOptions("/w", indexed=True),
+            ["--indexed", "--record-dir", "/w", "--restarts", "0"],
+        ),
+    ],
+)
+def test_supervised_worker_command(supervisor: SupervisorOptions, head: list[str]) -> None:
     opts = WorkerOptions("/run/s.json", nthreads=8, resources=(("cpus", 8),))
-    assert node_worker_command(PY, opts) == [
-        *(PY, "-m", "snakemake_executor_plugin_dask_slurm.node_worker"),
-        *("--scheduler-file", "/run/s.json", "--nthreads", "8", "--nworkers", "1"),
+    assert supervised_worker_command(PY, supervisor, opts) == [
+        *(PY, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", *head, "--"),
+        *("--scheduler-file", "/run/s.json", "--nthreads", "8"),
         *("--resources", "cpus=8"),
         *WORKER_DEFAULT_TAIL,
     ]
-    with pytest.raises(ValueError, match="named after their node"):
-        node_worker_command(PY, WorkerOptions("/s", nthreads=1, name="x"))
+
+
+def test_sweep_step_command() -> None:
+    assert sweep_step_command("n3", PY, ["k1", "k2"], "srun") == [
+        *("srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n3"),
+        *("--cpus-per-task=1", "--input=none", "--export=ALL", "--job-name=dask-slurm-sweep"),
+        *(PY, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", "--sweep", "k1", "k2"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -149,19 +162,19 @@ def test_node_worker_command_leaves_the_name_to_the_node() -> None:
         (
             NodeGroup(("n3",), 8, 2, 4),
             ["--partition=debug", "--cpu-bind=none"],
-            ["--nodes=1", "--ntasks=1", "--ntasks-per-node=1", "--nodelist=n3"],
+            ["--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--nodelist=n3"],
         ),
     ],
 )
 def test_srun_step_command(group: NodeGroup, srun_args: list[str], head: list[str]) -> None:
-    payload = [PY, "-m", "snakemake_executor_plugin_dask_slurm.node_worker", "--nthreads", "4"]
+    payload = [PY, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", "--", "--nthreads", "4"]
     argv = srun_step_command(
         group, job_name="dask-workers", srun_args=srun_args, payload=payload, srun="/usr/bin/srun"
     )
     assert argv == [
         "/usr/bin/srun",
         *head,
-        f"--cpus-per-task={group.cpus}",
+        f"--cpus-per-task={group.threads_per_worker}",
         "--mem=0",
         "--overlap",
         "--kill-on-bad-exit=0",
@@ -180,14 +193,15 @@ def test_srun_defaults_to_srun_on_path() -> None:
 
 
 def test_dask_option_names() -> None:
-    argv = worker_command(
-        PY, WorkerOptions("/s", nthreads=1, extra_args=("--preload=m", "--tls-cert", "c.pem"))
+    argv = supervised_worker_command(
+        PY,
+        SupervisorOptions("/w", name="x"),
+        WorkerOptions("/s", nthreads=1, extra_args=("--preload=m", "--tls-cert", "c.pem")),
     )
     assert dask_option_names(argv) == (
         "--scheduler-file",
         "--nthreads",
-        "--nworkers",
-        "--nanny",
+        "--no-nanny",
         "--death-timeout",
         "--memory-limit",
         "--no-dashboard",
@@ -197,37 +211,37 @@ def test_dask_option_names() -> None:
 
 
 @pytest.mark.parametrize(
-    ("env", "hostname", "name"),
+    ("env", "hostname", "name", "indexed", "expected"),
     [
-        ({"SLURMD_NODENAME": "n3"}, "n3.cluster.example", "n3"),
-        ({}, "laptop", "laptop"),
-        ({"SLURMD_NODENAME": " "}, "laptop", "laptop"),
+        ({"SLURMD_NODENAME": "n3"}, "n3.cluster.example", None, False, "n3"),
+        ({}, "laptop", None, False, "laptop"),
+        ({"SLURMD_NODENAME": " "}, "laptop", None, False, "laptop"),
+        ({"SLURMD_NODENAME": "n3", "SLURM_LOCALID": "1"}, "n3", None, True, "n3-1"),
+        ({"SLURMD_NODENAME": "n3"}, "n3", "local-0", False, "local-0"),
     ],
 )
-def test_node_name(env: dict[str, str], hostname: str, name: str) -> None:
-    assert node_name(env, hostname) == name
+def test_worker_name(
+    env: dict[str, str], hostname: str, name: str | None, indexed: bool, expected: str
+) -> None:
+    assert worker_name(env, hostname, name, indexed) == expected
 
 
-def test_worker_exec_argv_adds_the_name() -> None:
-    assert worker_exec_argv(PY, "n2", ["--nthreads", "4"]) == [
-        *(PY, "-m", "distributed.cli.dask_worker", "--name", "n2", "--nthreads", "4")
-    ]
+@pytest.mark.parametrize(
+    "argv", [["--record-dir", "/w", "--", "--name", "x"], ["--record-dir", "/w", "--nthreads"]]
+)
+def test_supervisor_refuses_a_worker_name_or_a_missing_separator(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(argv)
 
 
-@pytest.mark.parametrize("args", [["--name", "x"], ["--nthreads", "1", "--name=x"]])
-def test_worker_exec_argv_refuses_a_second_name(args: list[str]) -> None:
-    with pytest.raises(ValueError, match="remove --name"):
-        worker_exec_argv(PY, "n2", args)
-
-
-def test_node_worker_execs_the_real_dask_worker() -> None:
-    # --version makes dask worker print and exit, so this runs the real exec path.
+def test_supervisor_reaches_the_real_dask_worker_help() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "snakemake_executor_plugin_dask_slurm.node_worker", "--version"],
+        [sys.executable, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", "--worker-help"],
         capture_output=True,
         text=True,
         timeout=60,
         env=dict(os.environ, SLURMD_NODENAME="n9"),
     )
     assert done.returncode == 0, done.stderr
-    assert "version" in done.stdout
+    assert "--nthreads" in done.stdout
+    assert "RuntimeWarning" not in done.stderr

@@ -9,12 +9,13 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm import preflight
 from snakemake_executor_plugin_dask_slurm.commands import (
-    NODE_WORKER_MODULE,
+    SUPERVISOR_MODULE,
     SchedulerOptions,
+    SupervisorOptions,
     WorkerOptions,
     dask_option_names,
-    node_worker_command,
     scheduler_command,
+    supervised_worker_command,
 )
 from snakemake_executor_plugin_dask_slurm.preflight import (
     PreflightError,
@@ -45,8 +46,9 @@ SCHEDULER_ARGV = scheduler_command(
     ),
 )
 SCHEDULER_OPTIONS = (*dask_option_names(SCHEDULER_ARGV), "--interface", "--no-dashboard")
-WORKER_ARGV = node_worker_command(
+WORKER_ARGV = supervised_worker_command(
     PY,
+    SupervisorOptions("/w"),
     WorkerOptions(
         "/s.json",
         nthreads=2,
@@ -56,7 +58,7 @@ WORKER_ARGV = node_worker_command(
         extra_args=("--preload", "m", "--tls-cert", "c", "--tls-key", "k"),
     ),
 )
-# --name is added on the node by node_worker.
+# --name is added by the supervisor.
 WORKER_OPTIONS = (*dask_option_names(WORKER_ARGV), "--name", "--no-nanny", "--dashboard")
 
 
@@ -64,12 +66,12 @@ def test_the_installed_dask_accepts_every_option_the_plugin_passes() -> None:
     check_dask_cli(PY, SCHEDULER_OPTIONS, WORKER_OPTIONS, timeout=60)
 
 
-def test_through_node_worker_the_plugin_and_dask_are_both_checked() -> None:
+def test_through_the_supervisor_the_plugin_and_dask_are_both_checked() -> None:
     check_dask_cli(
-        PY, SCHEDULER_OPTIONS, WORKER_OPTIONS, timeout=60, worker_module=NODE_WORKER_MODULE
+        PY, SCHEDULER_OPTIONS, WORKER_OPTIONS, timeout=60, worker_module=SUPERVISOR_MODULE
     )
-    with pytest.raises(PreflightError, match=f"'{NODE_WORKER_MODULE}' does not accept --bogus"):
-        check_dask_cli(PY, (), ("--bogus",), timeout=60, worker_module=NODE_WORKER_MODULE)
+    with pytest.raises(PreflightError, match=f"'{SUPERVISOR_MODULE}' does not accept --bogus"):
+        check_dask_cli(PY, (), ("--bogus",), timeout=60, worker_module=SUPERVISOR_MODULE)
 
 
 @pytest.mark.parametrize(
@@ -122,7 +124,7 @@ def test_interpreter_without_distributed(tmp_path: Path) -> None:
 def test_interpreter_without_the_plugin(tmp_path: Path) -> None:
     bare = script(tmp_path, "python", f'exec "{PY}" -I -S "$@"')
     with pytest.raises(PreflightError) as caught:
-        check_dask_cli(str(bare), (), (), timeout=30, worker_module=NODE_WORKER_MODULE)
+        check_dask_cli(str(bare), (), (), timeout=30, worker_module=SUPERVISOR_MODULE)
     message = str(caught.value)
     assert "No module named 'snakemake_executor_plugin_dask_slurm'" in message
     assert f"'{bare} -m pip install snakemake-executor-plugin-dask-slurm'" in message

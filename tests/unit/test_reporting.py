@@ -5,11 +5,8 @@ from types import SimpleNamespace
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch import Finished, describe_exception
-from snakemake_executor_plugin_dask_slurm.reporting import (
-    describe_returncode,
-    failure_message,
-    job_label,
-)
+from snakemake_executor_plugin_dask_slurm.proctree import describe_exit
+from snakemake_executor_plugin_dask_slurm.reporting import failure_message, job_label
 from snakemake_executor_plugin_dask_slurm.worker_task import TaskOutcome
 
 JOB = SimpleNamespace(name="align", jobid=7, attempt=2, is_group=lambda: False)
@@ -29,10 +26,11 @@ def test_job_label() -> None:
         (126, "exited with code 126 (the command was found but could not be executed"),
         (-9, "was killed by signal SIGKILL"),
         (-15, "was killed by signal SIGTERM"),
+        (-100, "was killed by signal 100"),  # a number Python has no name for
     ],
 )
-def test_describe_returncode(code: int, text: str) -> None:
-    assert describe_returncode(code).startswith(text)
+def test_describe_exit(code: int, text: str) -> None:
+    assert describe_exit(code).startswith(text)
 
 
 def test_failure_message_has_rule_code_host_tail_and_log() -> None:

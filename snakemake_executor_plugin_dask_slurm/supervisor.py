@@ -1,0 +1,262 @@
+"""Start one Dask worker and make sure nothing its jobs started outlives it.
+
+Every Dask worker the plugin starts (in local mode and in each srun task) runs under this
+small supervisor, in place of Dask's nanny. It
+
+- names the worker (``--name``, or after the SLURM node it runs on, with the task's local
+  index when a node runs several workers) and starts it without the srun step's own
+  SLURM variables (see :func:`.slurm_env.job_environment`), so that a rule's own
+  ``srun`` sees the allocation;
+- is a *child subreaper*: when the worker dies, even by SIGKILL or the kernel's
+  out-of-memory killer, every process its jobs left running (including daemons that
+  called ``setsid`` or double-forked) is re-parented to the supervisor, which kills them
+  all at once;
+- then writes a record, ``<record dir>/<worker name>-<worker pid>.json``, which is how
+  the plugin learns that the dead worker's jobs are really gone before it tells Snakemake
+  anything or runs them again elsewhere;
+- restarts a worker that was killed by a signal when asked to (``--restarts N``);
+- on SIGTERM (the plugin's teardown, srun stopping the step), waits for the worker —
+  which gets the same signal through its process group or SLURM — to close, kills it if
+  it does not within ``STOP_TIMEOUT``, and ends what is left.
+
+Standard library only (it runs on the nodes). Usage::
+
+    python -m snakemake_executor_plugin_dask_slurm.supervisor [--name NAME] [--indexed]
+        --record-dir DIR [--restarts N] -- <dask worker options without --name>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import proctree
+from .slurm_env import job_environment
+
+WORKER_MODULE = "distributed.cli.dask_worker"
+#: Seconds the worker gets to close after SIGTERM before it is killed.
+STOP_TIMEOUT = 15.0
+#: Pause before a restart, so that a worker that dies at once does not spin.
+RESTART_PAUSE = 0.5
+
+
+@dataclass(frozen=True)
+class Options:
+    name: str | None
+    indexed: bool
+    record_dir: Path
+    restarts: int
+    worker_args: tuple[str, ...]
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    args = list(argv)
+    if "--" not in args:
+        raise SystemExit("supervisor: separate the dask worker options with '--'")
+    split = args.index("--")
+    parser = argparse.ArgumentParser(prog="supervisor")
+    parser.add_argument("--name")
+    parser.add_argument("--indexed", action="store_true")
+    parser.add_argument("--record-dir", required=True, type=Path)
+    parser.add_argument("--restarts", type=int, default=0)
+    ns = parser.parse_args(args[:split])
+    worker_args = tuple(args[split + 1 :])
+    if any(a == "--name" or a.startswith("--name=") for a in worker_args):
+        raise SystemExit("supervisor: the worker's --name is set by the supervisor itself")
+    return Options(ns.name, ns.indexed, ns.record_dir, ns.restarts, worker_args)
+
+
+def worker_name(env: Mapping[str, str], hostname: str, name: str | None, indexed: bool) -> str:
+    """The worker's name: given, or the SLURM node's (host name outside SLURM), plus the
+    task's index on its node when a node runs several workers."""
+    base = name or env.get("SLURMD_NODENAME", "").strip() or hostname
+    if indexed:
+        return f"{base}-{env.get('SLURM_LOCALID', '0')}"
+    return base
+
+
+def describe_status(status: int) -> str:
+    """A ``waitpid`` status in words."""
+    return proctree.describe_exit(os.waitstatus_to_exitcode(status))
+
+
+#: Tells the worker where to note, when it closes, which jobs it was running.
+RECORD_DIR_VARIABLE = "DASK_SLURM_RECORD_DIR"
+
+
+def record_path(record_dir: Path, name: str, pid: int) -> Path:
+    return record_dir / f"{name}-{pid}.json"
+
+
+def running_path(record_dir: Path, name: str, pid: int) -> Path:
+    """Where a closing worker notes the jobs it still ran (see worker_task.dask_teardown)."""
+    return record_dir / f"{name}-{pid}.running"
+
+
+def take_running_keys(record_dir: Path, name: str, pid: int) -> list[str]:
+    """The keys a worker noted while it closed (its jobs were ended by then), or []."""
+    path = running_path(record_dir, name, pid)
+    try:
+        keys = json.loads(path.read_text())
+        path.unlink()
+    except (OSError, ValueError):
+        return []
+    return [k for k in keys if isinstance(k, str)] if isinstance(keys, list) else []
+
+
+def write_record(path: Path, record: Mapping[str, object]) -> None:
+    """Write atomically: a reader sees the whole record or none."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
+class Supervisor:
+    def __init__(self, opts: Options, env: Mapping[str, str]):
+        self.opts = opts
+        self.name = worker_name(env, socket.gethostname(), opts.name, opts.indexed)
+        worker_env = job_environment(env)
+        worker_env.pop(proctree.JOB_MARKER, None)  # ours must not pass for a job's
+        worker_env[RECORD_DIR_VARIABLE] = str(opts.record_dir)
+        self.worker_env = worker_env
+        self.stopping = threading.Event()
+        self.worker: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", WORKER_MODULE, "--name", self.name, *self.opts.worker_args]
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        # The worker gets the same signal (its process group, or SLURM's step signal);
+        # sending it a second one while it closes can hang its close. Only make sure it
+        # ends in time.
+        if not self.stopping.is_set():
+            self.stopping.set()
+            threading.Thread(target=self._kill_late, daemon=True).start()
+
+    def _kill_late(self) -> None:
+        worker = self.worker
+        if worker is not None and not _wait(worker, STOP_TIMEOUT):
+            say(f"worker {self.name} did not stop within {STOP_TIMEOUT:.0f} s: killing it")
+            proctree.send([worker.pid], signal.SIGKILL)
+
+    def run_once(self) -> int:
+        """Start the worker, wait for it, end what its jobs left; its wait status."""
+        self.worker = subprocess.Popen(self.argv(), env=self.worker_env, stdin=subprocess.DEVNULL)
+        pid = self.worker.pid
+        _, status = _waitpid(pid)
+        self.worker.returncode = os.waitstatus_to_exitcode(status)  # reaped above
+        table = proctree.scan()
+        left = proctree.descendants(proctree.children_of(os.getpid(), table), table)
+        keys = {k for p in left if (k := proctree.job_marker(p)) is not None}
+        keys.update(take_running_keys(self.opts.record_dir, self.name, pid))
+        killed = proctree.kill_all_below(os.getpid())
+        what = describe_status(status)
+        write_record(
+            record_path(self.opts.record_dir, self.name, pid),
+            {
+                "name": self.name,
+                "pid": pid,
+                "host": socket.gethostname(),
+                "exit": what,
+                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+                "jobs_left_running": sorted(keys),
+                "processes_killed": killed,
+                "time": time.time(),
+            },
+        )
+        if killed or not self.stopping.is_set():
+            jobs = f" (jobs {', '.join(sorted(keys))})" if keys else ""
+            say(f"worker {self.name} (pid {pid}) {what}; ended {killed} process(es) left{jobs}")
+        return status
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+        if not proctree.become_subreaper():
+            say("cannot become a child subreaper here: a killed worker's jobs may outlive it")
+        restarts = self.opts.restarts
+        while True:
+            status = self.run_once()
+            crashed = os.WIFSIGNALED(status) and not self.stopping.is_set()
+            if not crashed or restarts <= 0:
+                code = os.waitstatus_to_exitcode(status)
+                return 128 - code if code < 0 else code
+            restarts -= 1
+            done = self.opts.restarts - restarts
+            say(f"restarting worker {self.name} ({done} of {self.opts.restarts})")
+            time.sleep(RESTART_PAUSE)
+            if self.stopping.is_set():
+                return 0
+
+
+def _waitpid(pid: int) -> tuple[int, int]:
+    """Wait for ``pid``, reaping adopted orphans that exit meanwhile."""
+    while True:
+        found, status = os.waitpid(-1, 0)
+        if found == pid:
+            return found, status
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether ``proc`` (reaped by the main thread) ended within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.returncode is not None or not proctree.pid_alive(proc.pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def say(message: str) -> None:
+    print(f"dask-slurm supervisor: {message}", file=sys.stderr, flush=True)
+
+
+#: ``python -m ...supervisor --sweep KEY...``: end every process of those jobs on this node.
+SWEEP = "--sweep"
+
+
+def sweep(keys: Sequence[str]) -> int:
+    """SIGKILL every live process (and what it started) whose job marker is one of
+    ``keys``, until none is left; how many were killed."""
+    killed: set[int] = set()
+    for _ in range(50):
+        table = proctree.scan()
+        found = proctree.processes_of_jobs(keys, table)
+        if not found:
+            break
+        victims = [p for p in proctree.descendants(found, table) if table[p].alive]
+        proctree.send(victims, signal.SIGKILL)
+        killed.update(victims)
+        time.sleep(0.02)
+    return len(killed)
+
+
+#: ``python -m ...supervisor --worker-help``: Dask's worker help, reached through this
+#: module, so that the plugin's preflight proves both importable where workers run.
+WORKER_HELP = "--worker-help"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args == [WORKER_HELP]:
+        os.execv(sys.executable, [sys.executable, "-m", WORKER_MODULE, "--help"])
+    if args[:1] == [SWEEP]:
+        print(f"{sweep(args[1:])} process(es) ended")
+        return
+    opts = parse_args(args)
+    sys.exit(Supervisor(opts, os.environ).run())
+
+
+if __name__ == "__main__":
+    main()
