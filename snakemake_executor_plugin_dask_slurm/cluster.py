@@ -229,8 +229,7 @@ class AttachCluster(ClusterSource):
 
     def close(self) -> None:
         if self.client is not None:
-            with contextlib.suppress(Exception):
-                self.client.close(timeout=STOP_TIMEOUT)
+            close_client(self.client, self.scheduler_lost())
             self.client = None
 
     def scheduler_lost(self) -> bool:
@@ -326,6 +325,12 @@ class ProcessCluster(ClusterSource):
             return None
         if self.scheduler_lost():
             proc = self.scheduler
+            if (proc.returncode or 0) < 0:  # a signal from outside: its log cannot say why
+                return (
+                    f"the Dask scheduler {proc.exit_description()} while the workflow was "
+                    f"running (by a kill from outside, or the kernel's out-of-memory killer); "
+                    f"its log: {proc.log_path}"
+                )
             return (
                 f"the Dask scheduler {proc.exit_description()} while the workflow was "
                 f"running. Its log ({proc.log_path}) ends with:\n{proc.tail(10)}"
@@ -380,8 +385,7 @@ class ProcessCluster(ClusterSource):
                 time.sleep(0.02)
         self.stop_workers()
         if self.client is not None:
-            with contextlib.suppress(Exception):
-                self.client.close(timeout=2)
+            close_client(self.client, self.scheduler_lost())
             self.client = None
         self.scheduler.close(STOP_TIMEOUT)
         with contextlib.suppress(FileNotFoundError):
@@ -404,6 +408,16 @@ class ProcessCluster(ClusterSource):
         except Exception as e:  # the processes are stopped next either way
             logger.debug("retiring workers failed: %s", e)
             return 0
+
+
+def close_client(client: Client, scheduler_lost: bool) -> None:
+    """Close the plugin's client. With its scheduler gone, the client is retrying to
+    connect, and closing it makes Dask log a traceback of that cancelled retry: noise
+    after the plugin has said what happened, so Dask's client logger is quietened."""
+    if scheduler_lost:
+        logging.getLogger("distributed.client").setLevel(logging.CRITICAL + 1)
+    with contextlib.suppress(Exception):
+        client.close(timeout=2)
 
 
 def clear_records(record_dir: Path) -> None:

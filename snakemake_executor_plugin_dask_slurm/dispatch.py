@@ -1,46 +1,42 @@
 """Submit jobs as Dask tasks and collect their outcomes as they finish.
 
+**The plugin holds no Dask result.** Every task is submitted *fire and forget*: once it
+finished, Dask forgets it in the same step. A task whose result some client still held
+would be run again by Dask if its worker died afterwards (Dask recomputes lost results
+that are wanted), and that would run a job twice, the second copy rewriting an output
+Snakemake already accepted. So the outcome does not travel as a task result: the task
+itself sends it as a Dask event (``worker_task.run_and_report``, topic
+``worker_task.EVENT_TOPIC``), which the scheduler pushes to this client; and the
+scheduler's own ``remove-worker`` events (topic ``all``) say which tasks a dead worker
+held (they fail: the plugin's scheduler never re-runs them, see ``scheduler_preload``).
+
 The hot path: ``submit_many`` runs on Snakemake's scheduling thread for every chunk of a
 scheduling round, so it only hands the tasks to the client (non-blocking, one
-``Client.map`` — one graph update — per distinct resource request, which costs a third of
-one ``Client.submit`` per task) and attaches a done-callback to each. Completion is
-event-driven: the callback records the key and wakes the executor's status loop, which
-then ``drain``s every finished task. Success needs no result fetch (a failed job raises
-on the worker, and its outcome comes with the error Dask already sends the client).
+``Client.map`` — one graph update — per distinct resource request). Completion is
+event-driven: the event handler records the outcome and wakes the executor's status
+loop, which then ``drain``s every finished task.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .tasks import Finished, JobFailed, LostWorker, TaskSpec
-from .worker_task import KILL_GRACE_SECONDS, kill_tasks, run_task
+from .tasks import Finished, LostWorker, TaskOutcome, TaskSpec
+from .worker_task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
 
 if TYPE_CHECKING:
-    from distributed import Client, Future
+    from distributed import Client
 
 logger = logging.getLogger(__name__)
 
-#: Seconds to wait for the workers to confirm a kill request.
+#: Seconds to wait for the workers to confirm a kill request, or for the scheduler.
 KILL_TIMEOUT = 5.0
-
-
-def describe_exception(exc: BaseException) -> str:
-    """A user-facing sentence for a task that raised instead of returning an outcome."""
-    name = type(exc).__name__
-    if name == "KilledWorker":
-        return (
-            "the Dask worker running it was lost (the worker process died or its node "
-            f"failed, e.g. out of memory): {exc}"
-        )
-    if name in ("CancelledError", "FutureCancelledError"):
-        return f"its Dask task was cancelled ({exc or name})"
-    return f"its Dask task failed with {name}: {exc}"
 
 
 class SubmitFailed(Exception):
@@ -52,15 +48,44 @@ class SubmitFailed(Exception):
         self.keys = keys
 
 
-class Dispatcher:
-    """Owns the futures of the jobs currently submitted to Dask."""
+def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
+    """The :class:`Finished` a worker's event describes (None if it is not one of ours)."""
+    key = msg.get("key")
+    if not isinstance(key, str):
+        return None
+    if msg.get("ok"):
+        return Finished(key, True)
+    outcome = msg.get("outcome")
+    if isinstance(outcome, dict):
+        return Finished(key, False, outcome=TaskOutcome(**outcome))
+    return Finished(key, False, problem=str(msg.get("problem") or "it failed on its worker"))
 
-    def __init__(self, client: Client, notify: Callable[[], None]):
+
+class Dispatcher:
+    """Owns the keys of the jobs currently submitted to Dask, and the live workers."""
+
+    def __init__(
+        self,
+        client: Client,
+        notify: Callable[[], None],
+        on_worker_removed: Callable[[str], None] = lambda address: None,
+    ):
         self.client = client
         self._notify = notify
-        self._futures: dict[str, Future] = {}
-        self._finished: collections.deque[str] = collections.deque()
+        self._on_worker_removed = on_worker_removed
+        self._pending: set[str] = set()
+        self._finished: collections.deque[Finished] = collections.deque()
         self._lock = threading.Lock()
+        #: address -> (name, pid) of every live worker
+        self._workers: dict[str, tuple[str, int | None]] = {}
+        # Subscribe before taking the snapshot: an event in between is then not lost.
+        client.subscribe_topic(EVENT_TOPIC, self._on_job_event)
+        client.subscribe_topic("all", self._on_scheduler_event)
+        self._learn_workers(
+            client.scheduler_info(n_workers=-1)["workers"], client.run(os.getpid, on_error="ignore")
+        )
+
+    # -- submission (Snakemake's scheduling thread) ------------------------------------
 
     def submit(self, spec: TaskSpec, resources: Mapping[str, float]) -> None:
         self.submit_many([(spec, resources)])
@@ -69,42 +94,103 @@ class Dispatcher:
         """Submit jobs, each with its resource request, in one graph update per request.
 
         Raises :class:`SubmitFailed` naming the jobs Dask did not take."""
+        from distributed import fire_and_forget
+
         by_request: dict[tuple[tuple[str, float], ...], list[TaskSpec]] = {}
         for spec, resources in tasks:
             by_request.setdefault(tuple(sorted(resources.items())), []).append(spec)
         groups = list(by_request.items())
         for index, (request, specs) in enumerate(groups):
+            keys = [spec.key for spec in specs]
+            with self._lock:
+                self._pending.update(keys)
             try:
                 futures = self.client.map(
-                    run_task,
+                    run_and_report,
                     specs,
-                    key=[spec.key for spec in specs],
+                    key=keys,
                     pure=False,
                     resources=dict(request),
                     retries=0,
                 )
+                fire_and_forget(futures)  # and the futures go: see the module's docstring
             except Exception as e:
                 left = [spec.key for _, rest in groups[index:] for spec in rest]
+                with self._lock:
+                    self._pending.difference_update(left)
                 raise SubmitFailed(left, e) from e
-            with self._lock:
-                self._futures.update(zip((spec.key for spec in specs), futures, strict=True))
-            for future in futures:
-                future.add_done_callback(self._on_done)
 
-    def _on_done(self, future: Future) -> None:
-        self._finished.append(str(future.key))
+    # -- completion (the client's event thread) ----------------------------------------
+
+    def _finish(self, finished: Finished) -> None:
+        with self._lock:
+            if finished.key not in self._pending:
+                return  # already finished otherwise (e.g. it ended as its worker died)
+            self._pending.discard(finished.key)
+            self._finished.append(finished)
         self._notify()
+
+    def _on_job_event(self, event: tuple[float, Any]) -> None:
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
+        if isinstance(msg, dict) and (finished := finished_from_event(msg)) is not None:
+            self._finish(finished)
+
+    def _on_scheduler_event(self, event: tuple[float, Any]) -> Any:
+        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
+        if not isinstance(msg, dict) or not isinstance(msg.get("worker"), str):
+            return None
+        address = msg["worker"]
+        if msg.get("action") == "add-worker":
+            return self._refresh_workers()
+        if msg.get("action") != "remove-worker":
+            return None
+        name, pid = self._workers.pop(address, (address, None))
+        lost = LostWorker(name, pid)
+        for key in msg.get("processing-tasks") or ():
+            problem = f"its Dask worker {name} died"
+            self._finish(Finished(str(key), False, problem=problem, lost_on=lost))
+        if not msg.get("expected"):
+            self._on_worker_removed(address)
+        self._notify()
+        return None
+
+    async def _refresh_workers(self) -> None:
+        client: Any = self.client
+        try:
+            info = await client.scheduler.identity(n_workers=-1)
+            pids = await client._run(os.getpid, on_error="ignore")
+        except Exception as e:  # the next add-worker event tries again
+            logger.debug("could not read the workers: %s", e)
+            return
+        self._learn_workers(info.get("workers", {}), pids)
+
+    def _learn_workers(
+        self, workers: Mapping[str, Mapping[str, Any]], pids: Mapping[str, Any]
+    ) -> None:
+        """Name and pid of each worker: the pid names its supervisor's record."""
+        for address, info in workers.items():
+            pid = pids.get(address)
+            self._workers[address] = (
+                str(info.get("name", address)),
+                pid if isinstance(pid, int) else None,
+            )
+
+    @property
+    def worker_count(self) -> int:
+        return len(self._workers)
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)
 
     def drain(self) -> list[Finished]:
         """Every task finished since the last call. Costs no round trip to a worker."""
-        keys = []
+        found = []
         while self._finished:
-            keys.append(self._finished.popleft())
-        if not keys:
-            return []
-        with self._lock:
-            futures = [f for f in map(self._futures.pop, keys, [None] * len(keys)) if f]
-        return [finished_task(f) for f in futures]
+            found.append(self._finished.popleft())
+        return found
+
+    # -- stopping ----------------------------------------------------------------------
 
     def kill(self, keys: list[str]) -> set[str]:
         """Stop the given jobs on every worker: running ones now, queued ones when their
@@ -131,82 +217,25 @@ class Dispatcher:
         for a worker that will never answer."""
         running = self.kill(keys)
         deadline = time.monotonic() + KILL_GRACE_SECONDS + 2.0
-        while True:
+        while time.monotonic() < deadline:
             with self._lock:
-                pending = [f for k in keys if (f := self._futures.get(k)) and not f.done()]
-            if not any(str(f.key) in running for f in pending) or time.monotonic() > deadline:
-                break
+                if not self._pending.intersection(running):
+                    break
             time.sleep(0.05)
-        if not pending:
+        with self._lock:
+            left = [key for key in keys if key in self._pending]
+        if not left:
             return
+        self.cancel(left)
+        for key in left:
+            self._finish(Finished(key, False, problem="its Dask task was cancelled"))
+
+    def cancel(self, keys: list[str]) -> None:
+        """Make the scheduler forget these tasks, fire-and-forget ones too (``force``)."""
+        from distributed import Future
+
         try:
-            self.client.cancel(pending)
+            futures: list[Any] = [Future(key, self.client) for key in keys]
+            self.client.cancel(futures, force=True, reason="dask-slurm", msg="stopped")
         except Exception as e:  # the client may be closing
             logger.debug("cancel failed: %s", e)
-
-
-def lost_worker(error: BaseException | None) -> LostWorker | None:
-    """The dead worker of a ``KilledWorker`` error (None for any other error)."""
-    worker = getattr(error, "last_worker", None) if type(error).__name__ == "KilledWorker" else None
-    if worker is None:
-        return None
-    executing = getattr(worker, "executing", None) or {}
-    return LostWorker(
-        name=str(getattr(worker, "name", None) or getattr(worker, "address", "?")),
-        pid=getattr(worker, "pid", None),
-        executing=frozenset(str(k) for k in executing),
-    )
-
-
-class WorkerWatch:
-    """The scheduler's live workers, kept from its worker add/remove events (pushed to
-    the client; no query): the status loop reads ``count`` every round, and must never
-    wait on a scheduler that may be gone."""
-
-    def __init__(self, client: Client, on_removed: Callable[[str], None]):
-        self._on_removed = on_removed
-        self._live: set[str] = set()
-        self._lock = threading.Lock()
-        # Subscribe before taking the snapshot: an event in between is then not lost.
-        client.subscribe_topic("all", self._on_event)
-        info = client.scheduler_info(n_workers=-1)
-        with self._lock:
-            self._live.update(info["workers"])
-
-    @property
-    def count(self) -> int:
-        return len(self._live)
-
-    def _on_event(self, event: tuple[float, Any]) -> None:
-        msg = event[1] if isinstance(event, tuple) and len(event) == 2 else {}
-        if not isinstance(msg, dict):
-            return
-        action, address = msg.get("action"), msg.get("worker")
-        if not isinstance(address, str):
-            return
-        if action == "add-worker":
-            with self._lock:
-                self._live.add(address)
-        elif action == "remove-worker":
-            with self._lock:
-                self._live.discard(address)
-            if not msg.get("expected"):
-                self._on_removed(address)
-
-
-def finished_task(future: Future) -> Finished:
-    """What became of a task whose future is done."""
-    key = str(future.key)
-    status = future.status
-    if status == "finished":
-        return Finished(key, True)
-    if status == "error":
-        error = future.exception(timeout=KILL_TIMEOUT)  # came with the task's state
-        if isinstance(error, JobFailed):
-            return Finished(key, False, outcome=error.outcome)
-        problem = describe_exception(error or RuntimeError(status))
-        return Finished(key, False, problem=problem, lost_on=lost_worker(error))
-    reason = getattr(getattr(future, "_state", None), "exception", None)
-    return Finished(
-        key, False, problem=f"its Dask task was {status}" + (f" ({reason})" if reason else "")
-    )

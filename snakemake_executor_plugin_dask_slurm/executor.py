@@ -28,7 +28,7 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .cluster import ClusterSource
-from .dispatch import Dispatcher, SubmitFailed, WorkerWatch
+from .dispatch import Dispatcher, SubmitFailed
 from .job_commands import JobCommandBuilder
 from .recovery import Gone, Recovery
 from .reporting import (
@@ -74,7 +74,6 @@ class Executor(RemoteExecutor):
         self._fatal: str | None = None
         self._quiet: set[str] = set()  # jobs whose failure _fail_run already explained
         self._recovery: Recovery | None = None
-        self._watch: WorkerWatch | None = None
         self._no_workers_since: float | None = None
         self._next_health_check = 0.0
         super().__init__(workflow, logger)
@@ -116,8 +115,7 @@ class Executor(RemoteExecutor):
         self._recovery = Recovery(
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
-        self._watch = WorkerWatch(client, lambda _address: self._on_removed())
-        self._dispatcher = Dispatcher(client, self._wake)
+        self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
 
     def _hint_speed(self) -> None:
         scheduling = self.workflow.scheduling_settings
@@ -333,7 +331,7 @@ class Executor(RemoteExecutor):
     def _no_worker_problem(self, now: float) -> str | None:
         """No worker left: the end, unless dead workers are restarted (then after the
         start-up timeout without one)."""
-        if self._watch is None or self._watch.count > 0:
+        if self._dispatcher is None or self._dispatcher.worker_count > 0:
             self._no_workers_since = None
             return None
         if self._no_workers_since is None:
@@ -440,9 +438,7 @@ class Executor(RemoteExecutor):
             if job_info is None or self._fatal:  # cancelled, or left to _fail_run
                 continue
             aux = job_info.aux or {}
-            running = key in worker.executing or (
-                gone is not None and key in gone.record.get("jobs_left_running", ())
-            )
+            running = gone is not None and key in gone.record.get("jobs_left_running", ())
             if running:
                 aux.setdefault("lost_on", []).append(worker.name)
             label = job_label(job_info.job)

@@ -62,8 +62,6 @@ class LostWorker:
 
     name: str
     pid: int | None
-    #: Keys of the tasks it was executing (not merely holding) when it died.
-    executing: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)

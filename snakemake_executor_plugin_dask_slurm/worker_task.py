@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -124,6 +125,30 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
         )
         raise JobFailed(outcome)
     return TaskOutcome(0, host, started, time.time(), "")
+
+
+#: The Dask event topic on which every task reports how its job ended.
+EVENT_TOPIC = "dask-slurm-job"
+
+
+def run_and_report(spec: TaskSpec) -> None:
+    """The Dask task of one job: run it, then report how it ended as a Dask event.
+
+    Never raises and returns nothing: the plugin holds no task result (see
+    :mod:`.dispatch`), so the outcome travels in the event, which the worker sends
+    before Dask learns that the task finished.
+    """
+    msg: dict[str, Any]
+    try:
+        run_task(spec)
+        msg = {"key": spec.key, "ok": True}
+    except JobFailed as e:
+        msg = {"key": spec.key, "ok": False, "outcome": dataclasses.asdict(e.outcome)}
+    except BaseException as e:  # a bug, or the worker closing under the job
+        msg = {"key": spec.key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
+    from distributed import get_worker
+
+    get_worker().log_event(EVENT_TOPIC, msg)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -1,0 +1,126 @@
+"""Checks for the ``appenders`` workflow: every output whole and from one copy of its job,
+and no two copies of a job alive at the same time (see tests/workflows/appenders)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import live_processes
+
+
+@dataclass
+class Copy:
+    """One run of one job: its shell's pid, and the times of its first and last event."""
+
+    job: int
+    pid: int
+    first: float
+    last: float
+    ended: bool
+
+
+def copies(workdir: Path) -> dict[int, list[Copy]]:
+    """Every copy of every job that started, from events.log."""
+    found: dict[tuple[int, int], Copy] = {}
+    for line in (workdir / "events.log").read_text().splitlines():
+        kind, job, pid, when = line.split()
+        key = (int(job), int(pid))
+        copy = found.setdefault(key, Copy(int(job), int(pid), float(when), float(when), False))
+        copy.last = max(copy.last, float(when))
+        copy.ended = copy.ended or kind == "end"
+    by_job: dict[int, list[Copy]] = defaultdict(list)
+    for copy in found.values():
+        by_job[copy.job].append(copy)
+    return dict(by_job)
+
+
+def check_outputs(workdir: Path, count: int, steps: int, skip: tuple[int, ...] = ()) -> None:
+    """Every output (but ``skip``) holds all lines of one copy that ended, nothing else."""
+    runs = copies(workdir)
+    for i in range(count):
+        path = workdir / f"out/{i}.txt"
+        if i in skip:
+            assert not path.exists(), f"{path} exists"
+            continue
+        lines = path.read_text().splitlines()
+        pids = {line.split()[2] for line in lines}
+        assert len(pids) == 1, f"{path} mixes copies {pids}: {lines}"
+        pid = pids.pop()
+        assert lines == [f"{i} {k} {pid}" for k in range(1, steps + 1)], f"{path}: {lines}"
+        assert any(c.pid == int(pid) and c.ended for c in runs[i]), f"{path}: copy did not end"
+
+
+def check_never_two_at_once(workdir: Path) -> None:
+    """No two copies of a job were alive at the same time (by their logged events)."""
+    for job, runs in copies(workdir).items():
+        runs.sort(key=lambda c: c.first)
+        for before, after in itertools.pairwise(runs):
+            assert before.last < after.first, f"job {job}: copies overlap: {before} {after}"
+
+
+def started(workdir: Path) -> int:
+    log = workdir / "events.log"
+    return log.read_text().count("start ") if log.exists() else 0
+
+
+def worker_pids(name: str, where: str) -> list[int]:
+    """Live ``dask worker`` processes named ``name`` whose command line mentions ``where``."""
+    return [
+        pid
+        for pid, cmd in live_processes("no-token", where)
+        if "distributed.cli.dask_worker" in cmd and f"--name {name} " in cmd
+    ]
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+                found.append(int(entry))
+    return found
+
+
+def alive(pids: list[int]) -> list[int]:
+    left = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state not in ("Z", "X"):
+            left.append(pid)
+    return left
+
+
+def kill_worker_when_busy(
+    proc: subprocess.Popen[str], workdir: Path, find_worker: Callable[[], int], jobs: int = 2
+) -> tuple[int, list[int]]:
+    """Once ``jobs`` jobs started and the worker runs one, SIGKILL it. Returns its pid
+    and the job processes it had (its children), which must all be gone a second later."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "jobs never started"
+        if started(workdir) >= jobs:
+            worker = find_worker()
+            jobs_of_worker = children(worker)
+            if jobs_of_worker:
+                break
+        time.sleep(0.1)
+    os.kill(worker, signal.SIGKILL)
+    return worker, jobs_of_worker

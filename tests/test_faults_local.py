@@ -1,0 +1,180 @@
+"""Faults as users meet them, on the embedded local cluster: a worker killed outright
+(with and without restarts), a job that kills its worker every time, the scheduler killed,
+jobs that start daemons. Every output's content is checked afterwards, and that no two
+copies of a job ever ran at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.appenders import (
+    alive,
+    check_never_two_at_once,
+    check_outputs,
+    kill_worker_when_busy,
+    started,
+    worker_pids,
+)
+from tests.conftest import VENV_BIN, Workflow, live_processes
+
+pytestmark = pytest.mark.e2e
+
+COUNT, STEPS = 8, 5
+
+
+def start(workflow: Workflow, *args: str, config: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    argv = [
+        str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "10",
+        "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}", *config,
+        *args,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        argv, cwd=workflow.path, env=workflow.env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, output
+
+
+def the_worker(workflow: Workflow, name: str) -> int:
+    found = worker_pids(name, str(workflow.path))
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.workflow("appenders")
+@pytest.mark.parametrize(
+    ("args", "victim"),
+    [
+        (("--dask-slurm-workers", "2"), "local-0"),  # the run goes on on the other one
+        (("--dask-slurm-nanny",), "local"),  # the only worker, restarted
+    ],
+    ids=["two-workers", "restarted"],
+)
+def test_a_killed_worker_costs_no_output(
+    workflow: Workflow, args: tuple[str, ...], victim: str
+) -> None:
+    proc = start(workflow, *args)
+    _worker, its_jobs = kill_worker_when_busy(
+        proc, workflow.path, lambda: the_worker(workflow, victim)
+    )
+    time.sleep(1.0)
+    assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
+    code, output = finish(proc)
+    assert code == 0, output
+    assert f"was running on {victim} when that worker died" in output, output
+    assert "Running it again on another worker" in output
+    check_outputs(workflow.path, COUNT, STEPS)
+    check_never_two_at_once(workflow.path)
+    again = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1", "-n",
+         "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}"],
+        cwd=workflow.path, env=workflow.env(), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "Nothing to be done" in again.stdout + again.stderr, again
+
+
+@pytest.mark.workflow("appenders")
+def test_a_job_that_kills_its_worker_every_time_fails_alone(workflow: Workflow) -> None:
+    proc = start(
+        workflow, "--dask-slurm-workers", "2", "--dask-slurm-nanny", "--keep-going",
+        config=("killer=3", "pause=0.2"),
+    )  # fmt: skip
+    code, output = finish(proc)
+    assert code != 0, output
+    assert "rule append" in output and "Its workers died under it on local-" in output, output
+    assert "takes its worker down" in output
+    assert output.count("Error in rule append") == 1, output
+    check_outputs(workflow.path, COUNT, STEPS, skip=(3,))
+    check_never_two_at_once(workflow.path)
+
+
+@pytest.mark.workflow("appenders")
+def test_a_killed_scheduler_ends_the_run_at_once_and_a_rerun_completes(
+    workflow: Workflow,
+) -> None:
+    proc = start(workflow, "--dask-slurm-workers", "2")
+    deadline = time.monotonic() + 60
+    while started(workflow.path) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    scheduler = [pid for pid, cmd in live_processes("no-token", str(workflow.path))
+                 if "distributed.cli.dask_scheduler" in cmd]  # fmt: skip
+    assert len(scheduler) == 1
+    killed = time.monotonic()
+    os.kill(scheduler[0], signal.SIGKILL)
+    code, output = finish(proc, timeout=30)
+    took = time.monotonic() - killed
+    assert code != 0, output
+    assert took < 10, f"Snakemake took {took:.1f} s to end after the scheduler died"
+    assert "the Dask scheduler was killed by signal SIGKILL" in output, output
+    assert output.count("the Dask cluster broke") == 1, output
+    assert "Traceback" not in output, output
+    # (no_leftovers: nothing of the run is left running)
+    rerun = start(workflow, "--dask-slurm-workers", "2")
+    code, output = finish(rerun)
+    assert code == 0, output
+    check_outputs(workflow.path, COUNT, STEPS)
+    check_never_two_at_once(workflow.path)
+
+
+DAEMONS = {
+    "nohup": "nohup sleep 300 >/dev/null 2>&1 &",
+    "setsid": "setsid sleep 300 >/dev/null 2>&1 &",
+    "subshell": "(sleep 300 >/dev/null 2>&1 &);",
+    "double-fork-setsid": "(setsid sh -c 'sleep 300 & ' >/dev/null 2>&1 &);",
+}
+
+
+@pytest.mark.parametrize("daemon", list(DAEMONS))
+def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, daemon: str) -> None:
+    (tmp_path / "Snakefile").write_text(
+        'rule all:\n    input: "done.txt", "later.txt"\n'
+        f'rule d:\n    output: "done.txt"\n    shell: "{DAEMONS[daemon]} sleep 0.5; echo ok > {{output}}"\n'
+        # a later job, so that the run goes on after the daemon's job ended
+        'rule later:\n    input: "done.txt"\n    output: "later.txt"\n'
+        f'    shell: "sleep 3; echo {no_leftovers} > {{output}}"\n'
+    )
+    env = Workflow(tmp_path, no_leftovers).env()
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "done.txt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        time.sleep(0.05)
+    time.sleep(2.0)  # the worker looks for orphans of finished jobs every second
+    daemons = daemons_in(tmp_path)
+    assert proc.poll() is None, "the run ended too early to check the daemon"
+    assert not daemons, f"{daemon}: the job's daemon outlived its job: {daemons}"
+    code, output = finish(proc)
+    assert code == 0, output
+
+
+def daemons_in(directory: Path) -> list[int]:
+    """Live ``sleep 300`` processes working in ``directory``."""
+    found = []
+    for pid in alive([int(p) for p in os.listdir("/proc") if p.isdigit()]):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cwd = Path(f"/proc/{pid}/cwd").resolve()
+        except OSError:
+            continue
+        if cmd[:2] == [b"sleep", b"300"] and cwd == directory.resolve():
+            found.append(pid)
+    return found
