@@ -23,7 +23,7 @@ Lines written (tab-separated):
 ``submit key t``                   Snakemake handed the job over (``run_job_pre``, called for
                                    each job of a round just before it is submitted)
 ``noticed key t``                  Dask told the executor the task ended (the dispatcher's
-                                   done-callback ran, on Dask's callback thread)
+                                   event handler ran, on the client's event thread)
 ``reporting key t``                the executor's status thread began reporting it (``_report``)
 ``told key ok t``                  Snakemake was told (report_job_success/error returned;
                                    waits for Snakemake's scheduler lock)
@@ -96,13 +96,13 @@ def _patch_executor() -> None:
     cls._report, cls.shutdown = _report, shutdown
 
     dispatcher: Any = dispatch.Dispatcher
-    orig_on_done: Callable[..., None] = dispatcher._on_done
+    orig_finish: Callable[..., None] = dispatcher._finish
 
-    def _on_done(self: Any, future: Any) -> None:
-        record(("noticed", str(future.key), now()))
-        orig_on_done(self, future)
+    def _finish(self: Any, finished: Any) -> None:
+        record(("noticed", finished.key, now()))
+        orig_finish(self, finished)
 
-    dispatcher._on_done = _on_done
+    dispatcher._finish = _finish
 
     from snakemake.scheduling import job_scheduler
 

@@ -45,7 +45,7 @@ SCHEDULER_MARKER = "distributed.cli.dask_scheduler"
 TRACKED_MARKERS = (
     SCHEDULER_MARKER,
     "distributed.cli.dask_worker",
-    "snakemake_executor_plugin_dask_slurm.node_worker",
+    "snakemake_executor_plugin_dask_slurm.supervisor",
 )
 
 

@@ -95,6 +95,10 @@ class ClusterSource(ABC):
         return None
 
 
+def _allowed_failures(dask_scheduler: Any) -> int:
+    return int(dask_scheduler.allowed_failures)
+
+
 def _host_port(address: str) -> tuple[str, int] | None:
     """``tcp://10.0.0.5:8786`` -> ("10.0.0.5", 8786); None if it has no port."""
     hostport = address.split("://", 1)[-1]
@@ -196,12 +200,27 @@ class AttachCluster(ClusterSource):
                 "scheduler again (it rewrites the file), or remove the file."
             ) from None
         try:
+            self._check_no_reruns()
             self._wait_for_a_worker()
             self._check_cpus_advertised()
         except BaseException:
             self.close()
             raise
         return self.client
+
+    def _check_no_reruns(self) -> None:
+        """A scheduler that re-runs the task of a worker that died could run a job twice
+        at once (its first copy may still write the outputs): refuse it."""
+        assert self.client is not None
+        allowed = self.client.run_on_scheduler(_allowed_failures)
+        if allowed:
+            raise DaskSlurmError(
+                f"The Dask scheduler at {self.address or self.scheduler_file} runs a task "
+                f"again when its worker dies (distributed.scheduler.allowed-failures = "
+                f"{allowed}), so a job could run twice at once, both copies writing its "
+                "outputs. Start that scheduler with allowed-failures 0, e.g. "
+                "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 dask scheduler ..."
+            )
 
     def _wait_for_a_worker(self) -> None:
         assert self.client is not None

@@ -43,9 +43,10 @@ from .preflight import (
     find_slurm_commands,
     scontrol_hostnames,
     scontrol_job_state,
+    scontrol_node_memory,
 )
 from .processes import ManagedProcess
-from .slurm_env import Allocation, allocation_ended, read_allocation
+from .slurm_env import Allocation, allocation_ended, read_allocation, with_node_memory
 from .validation import RunConfig
 
 #: srun job-step name of the worker steps, as ``squeue -s`` shows it.
@@ -155,6 +156,9 @@ class SrunCluster(ProcessCluster):
         if commands.scontrol and nodelist:
             hostnames = scontrol_hostnames(commands.scontrol, nodelist, SCONTROL_TIMEOUT)
         alloc = read_allocation(env, hostnames, dask.system.CPU_COUNT, os.cpu_count() or 1)
+        if alloc.mem_mb is None and commands.scontrol:
+            memory = scontrol_node_memory(commands.scontrol, alloc.nodes, SCONTROL_TIMEOUT)
+            alloc = with_node_memory(alloc, memory)
         layout = plan_layout(alloc, config.workers)
         others = [node for node in alloc.nodes if node != alloc.this_node]
         host = choose_scheduler_host(

@@ -40,7 +40,7 @@ from .reporting import (
     unconfirmed_verdict,
 )
 from .resources import Capacity, job_request, unsatisfiable_message
-from .sources import make_source
+from .sources import check_run_dir, make_source
 from .tasks import Finished, LostWorker, TaskSpec
 from .validation import RunConfig, resolve
 
@@ -55,6 +55,8 @@ CHUNK_JOBS = 64
 CHUNK_SECONDS = 0.02
 #: A job whose worker died while it ran this often is not run again.
 MAX_LOSSES = 2
+#: Seconds to wait, when no worker is left, for the supervisors' word on how they died.
+DEATH_RECORD_WAIT = 2.0
 
 
 class Executor(RemoteExecutor):
@@ -95,6 +97,9 @@ class Executor(RemoteExecutor):
         )
         source = make_source(self.config, log_dir, self.logger)
         self.logger.info(f"dask-slurm: {self.config.cluster} ({self.config.cluster_reason})")
+        for warning in self.config.warnings:
+            self.logger.warning(f"dask-slurm: {warning}")
+        check_run_dir(self.config.run_dir)
         self.logger.info(f"dask-slurm: starting {source.description}")
         client = source.start()  # stops what it started if it fails
         try:
@@ -324,7 +329,10 @@ class Executor(RemoteExecutor):
         if not force and (now < self._next_health_check or self._stop_reason):
             return
         self._next_health_check = now + HEALTH_CHECK_INTERVAL
-        problem = self._source.problem() or self._no_worker_problem(now)
+        if self._source.scheduler_lost():
+            problem = self._source.problem()
+        else:  # no worker left says more than "every worker process ended"
+            problem = self._no_worker_problem(now) or self._source.problem()
         if problem:
             self._start_fail_run(f"the Dask cluster broke: {problem}")
 
@@ -342,6 +350,8 @@ class Executor(RemoteExecutor):
                 return None
             return f"no Dask worker has been alive for {waited:.0f} s"
         deaths = "; ".join(self._source.deaths()) if self._source else ""
+        if not deaths and waited < DEATH_RECORD_WAIT:
+            return None  # the supervisors are still ending the jobs: say how they died
         return (
             f"no Dask worker is left ({deaths or 'every worker died'}; nothing restarts "
             f"them: see the worker logs in {self.config.run_dir / 'logs'}; "
@@ -356,7 +366,9 @@ class Executor(RemoteExecutor):
             self._jobs.pop(finished.key, None)
             self.report_job_success(job_info)
             return
-        if finished.lost_on is not None and not self._fatal:
+        if self._fatal:
+            return  # _fail_run reports it, once its processes are gone, with all others
+        if finished.lost_on is not None:
             assert self._recovery is not None
             self._recovery.lost(finished.key, finished.lost_on)  # stays registered
             return
@@ -366,7 +378,29 @@ class Executor(RemoteExecutor):
             self._check_cluster(force=True)
             if self._fatal:
                 return
-        self._jobs.pop(finished.key, None)
+        elif self._killed_from_outside(finished) and self._recovery is not None:
+            # SLURM signals every process of an allocation it ends: ask it first, so that
+            # such jobs are reported with the one message for the whole run.
+            self._recovery.call(lambda: self._report_unless_ended(finished))
+            return
+        self._report_failure(job_info, finished)
+
+    def _killed_from_outside(self, finished: Finished) -> bool:
+        outcome = finished.outcome
+        return outcome is not None and outcome.returncode < 0 and not self._stop_reason
+
+    def _report_unless_ended(self, finished: Finished) -> None:
+        """(Recovery thread) A job killed by a signal the plugin did not send."""
+        self._on_worker_removed()  # fails the run if SLURM ended the allocation
+        with self._stop_lock:
+            job_info = None if self._fatal else self._jobs.get(finished.key)
+        if job_info is not None:
+            self._report_failure(job_info, finished)
+
+    def _report_failure(self, job_info: SubmittedJobInfo, finished: Finished) -> None:
+        with self._stop_lock:
+            if self._jobs.pop(finished.key, None) is None:
+                return
         aux = job_info.aux or {}
         if self._stop_reason and finished.outcome is None:
             finished = Finished(finished.key, False, problem=f"stopped: {self._stop_reason}")
@@ -431,6 +465,7 @@ class Executor(RemoteExecutor):
         """(Recovery thread) The jobs of a dead worker: their processes are gone (or
         could not be ended): run each again elsewhere, or fail it."""
         self._on_worker_removed()
+        self._check_cluster(force=True)  # no worker left to run them again?
         for key in keys:
             with self._stop_lock:
                 job_info = self._jobs.get(key)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .commands import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE
 from .errors import DaskSlurmError
-from .slurm_env import GONE, parse_job_state
+from .slurm_env import GONE, parse_job_state, parse_node_memory
 from .supervisor import WORKER_HELP
 
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
@@ -199,3 +199,11 @@ def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str,
     if done.returncode != 0:
         return (GONE, "None") if "Invalid job id" in done.stderr else None
     return parse_job_state(done.stdout)
+
+
+def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) -> dict[str, int]:
+    """Each node's ``RealMemory`` in MB ({} if scontrol could not say)."""
+    done = _scontrol(scontrol, ["show", "node", "-o", ",".join(nodes)], timeout)
+    if done is None or done.returncode != 0:
+        return {}
+    return parse_node_memory(done.stdout)

@@ -91,6 +91,7 @@ class Recovery:
         self._timeout = confirm_timeout
         self._waiting: dict[tuple[str, int | None], _Waiting] = {}
         self._removed = 0
+        self._calls: list[Callable[[], None]] = []
         self._cond = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="dask-slurm-recovery", daemon=True)
@@ -112,6 +113,12 @@ class Recovery:
             self._removed += 1
             self._cond.notify()
 
+    def call(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` on this thread (for work that may wait on SLURM)."""
+        with self._cond:
+            self._calls.append(callback)
+            self._cond.notify()
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
@@ -120,20 +127,23 @@ class Recovery:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._waiting or self._removed):
+                while not (self._closed or self._waiting or self._removed or self._calls):
                     self._cond.wait()
                 if self._closed:
                     return
                 removed, self._removed = self._removed, 0
+                calls, self._calls = self._calls, []
                 batches = self._take_ready()
             if removed:
                 self._call(self._on_worker_removed)
+            for callback in calls:
+                self._call(callback)
             for entry, gone in batches:
                 if gone is None:  # no record in time: end them another way
                     how = self._sweep(entry.worker.name, entry.keys)
                     gone = Gone(how) if how else None
                 self._call(self._on_gone, entry.worker, entry.keys, gone)
-            if not batches and not removed:
+            if not (batches or removed or calls):
                 time.sleep(POLL_INTERVAL)
 
     def _take_ready(self) -> list[tuple[_Waiting, Gone | None]]:

@@ -145,11 +145,10 @@ class ExecutorSettings(ExecutorSettingsBase):
     nanny: bool = field(
         default=False,
         metadata={
-            "help": "Start each worker under a Dask nanny, which restarts a crashed "
-            "worker. Costs about 1 s at start-up and 2 s at shutdown; always used when a "
-            "node runs several worker processes. Without it, a worker process that dies "
-            "stops the run with its log (local mode) or leaves its jobs to Dask's retries "
-            "on the other workers (srun mode).",
+            "help": "Restart a Dask worker that dies (up to 3 times each), as Dask's nanny "
+            "would. Whatever a dead worker's jobs left running is ended first either way, "
+            "and its jobs run again on another worker once; without this setting the run "
+            "goes on with the workers that are left, and stops when none is.",
         },
     )
     no_dashboard: bool = field(

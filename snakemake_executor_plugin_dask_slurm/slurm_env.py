@@ -12,6 +12,7 @@ the job holds there is refused by SLURM; asking for fewer wastes what was reserv
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -289,6 +290,29 @@ def _memory(env: Mapping[str, str], cpus: tuple[int, ...]) -> tuple[tuple[int, .
         mb = int(per_cpu or 0)
         return tuple(mb * c for c in cpus), f"SLURM_MEM_PER_CPU={per_cpu} (MB) x CPUs"
     return None, "not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size in MB"
+
+
+def parse_node_memory(text: str) -> dict[str, int]:
+    """``RealMemory`` (MB) of each node in ``scontrol show node -o`` output."""
+    found = {}
+    for line in text.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        name, memory = fields.get("NodeName"), _positive_int(fields.get("RealMemory"))
+        if name and memory is not None:
+            found[name] = memory
+    return found
+
+
+def with_node_memory(alloc: Allocation, memory: Mapping[str, int]) -> Allocation:
+    """``alloc`` with each node's ``RealMemory`` where SLURM granted no memory size: a job
+    may then use up to what its node has, and a rule asking for more can never run."""
+    if alloc.mem_mb is not None or any(node not in memory for node in alloc.nodes):
+        return alloc
+    return dataclasses.replace(
+        alloc,
+        mem_mb=tuple(memory[node] for node in alloc.nodes),
+        mem_source="RealMemory of each node (scontrol show node), as no --mem was granted",
+    )
 
 
 def _parse_gpus(spec: str) -> tuple[int, str | None] | None:

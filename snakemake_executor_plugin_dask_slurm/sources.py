@@ -8,6 +8,7 @@ from typing import Any
 
 from .cluster import AttachCluster, ClusterSource
 from .cluster_local import LocalCluster
+from .errors import DaskSlurmError
 from .network import check_bindable, choose_scheduler_host
 from .slurm_env import cpus_for_this_node, in_allocation
 from .validation import RunConfig
@@ -53,3 +54,19 @@ def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
     cluster = LocalCluster(config, cpus, cpus_source, mem_mb, log_dir, host or "127.0.0.1")
     cluster.preflight()
     return cluster
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Fail at once, naming the path and the reason, if the run directory is unusable
+    (the scheduler file and every log go there)."""
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise DaskSlurmError(
+            f"Cannot use {run_dir} as the plugin's run directory (scheduler file and logs): "
+            f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}. Choose a "
+            "directory you can write that the nodes can read, with --dask-slurm-run-dir."
+        ) from None

@@ -36,6 +36,8 @@ class RunConfig:
     direct_shell: bool
     nanny: bool
     dashboard: bool
+    #: Settings this mode cannot honour, each a sentence saying it is ignored and why.
+    warnings: tuple[str, ...] = ()
 
 
 def choose_cluster(requested: str, env: Mapping[str, str]) -> tuple[str, str]:
@@ -101,6 +103,42 @@ def _check_address(address: str | None) -> None:
         )
 
 
+#: Settings that only some modes use: (flag, field, the modes that honour it).
+_MODE_SETTINGS = (
+    ("--dask-slurm-workers", "workers", ("local", "srun")),
+    ("--dask-slurm-cpus", "cpus", ("local",)),
+    ("--dask-slurm-interface", "interface", ("local", "srun")),
+    ("--dask-slurm-scheduler-host", "scheduler_host", ("local", "srun")),
+    ("--dask-slurm-local-directory", "local_directory", ("local", "srun")),
+    ("--dask-slurm-srun-args", "srun_args", ("srun",)),
+    ("--dask-slurm-worker-args", "worker_args", ("local", "srun")),
+    ("--dask-slurm-nanny", "nanny", ("local", "srun")),
+    ("--dask-slurm-no-dashboard", "no_dashboard", ("local", "srun")),
+)
+_MODE_WORDS = {
+    "local": "on the local cluster (it applies to",
+    "srun": "inside an allocation, where the workers use what SLURM granted each node (it "
+    "applies to",
+    "attach": "when attaching to a scheduler the plugin does not start (it applies to",
+}
+
+
+def ignored_settings(settings: ExecutorSettings, cluster: str) -> tuple[str, ...]:
+    """A warning for each setting given that ``cluster`` does not use."""
+    found = []
+    for flag, field, modes in _MODE_SETTINGS:
+        if getattr(settings, field) and cluster not in modes:
+            found.append(
+                f"{flag} is ignored {_MODE_WORDS[cluster]} "
+                f"{' and '.join(f'{m} mode' for m in modes)})."
+            )
+    if settings.file_locking != "dask-default" and cluster == "attach":
+        found.append(
+            f"--dask-slurm-file-locking is ignored {_MODE_WORDS['attach']} local and srun mode)."
+        )
+    return tuple(found)
+
+
 def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -> RunConfig:
     """Validate ``settings`` and return the run's configuration."""
     _check_choice("--dask-slurm-cluster", settings.cluster, CLUSTER_CHOICES)
@@ -138,4 +176,5 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         direct_shell=not settings.no_direct_shell,
         nanny=settings.nanny,
         dashboard=not settings.no_dashboard,
+        warnings=ignored_settings(settings, cluster),
     )

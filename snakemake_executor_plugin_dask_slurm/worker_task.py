@@ -235,7 +235,7 @@ def dask_setup(worker: Any) -> None:
 def dask_teardown(worker: Any) -> None:
     """Worker preload hook: a closing worker takes its jobs' processes with it, after
     noting which ones it ran for its supervisor's record (see :mod:`.supervisor`)."""
-    _note_running(str(worker.name))
+    _note_running(str(getattr(worker, "name", "")))
     _end_running_jobs(KILL_GRACE_SECONDS)
     proctree.kill_all_below(os.getpid(), timeout=1.0)
 

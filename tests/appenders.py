@@ -124,3 +124,17 @@ def kill_worker_when_busy(
         time.sleep(0.1)
     os.kill(worker, signal.SIGKILL)
     return worker, jobs_of_worker
+
+
+def sleeping_in(directory: Path) -> list[int]:
+    """Live ``sleep 300`` processes working in ``directory`` (a test's daemons)."""
+    found = []
+    for pid in alive([int(p) for p in os.listdir("/proc") if p.isdigit()]):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            cwd = Path(f"/proc/{pid}/cwd").resolve()
+        except OSError:
+            continue
+        if cmd[:2] == [b"sleep", b"300"] and cwd == directory.resolve():
+            found.append(pid)
+    return found

@@ -27,7 +27,7 @@ VENV_BIN = Path(sys.executable).parent
 PLUGIN_MARKERS = (
     "distributed.cli.dask_scheduler",
     "distributed.cli.dask_worker",
-    "snakemake_executor_plugin_dask_slurm.node_worker",
+    "snakemake_executor_plugin_dask_slurm.supervisor",
 )
 
 pytest_plugins = ["tests.slurm_cluster.fixtures"]

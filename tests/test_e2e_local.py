@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -256,11 +257,14 @@ def local_worker_of(workflow: Workflow) -> Callable[[int], int]:
 
 
 @pytest.mark.workflow("sleepers")
-def test_a_worker_killed_outright_stops_the_run_and_its_jobs(workflow: Workflow) -> None:
-    # As when the OOM killer takes the worker: its jobs would live on as orphans.
+def test_the_only_worker_killed_outright_stops_the_run_and_its_jobs(workflow: Workflow) -> None:
+    # As when the OOM killer takes the worker: its jobs would live on as orphans. With one
+    # worker and no restarts (--dask-slurm-nanny), no worker is left to run them.
     code, output, took = interrupt_sleepers(workflow, signal.SIGKILL, local_worker_of(workflow))
     assert code != 0, output
-    assert "the Dask cluster broke: the local Dask worker was killed by signal SIGKILL" in output
+    assert "the Dask cluster broke: no Dask worker is left" in output, output
+    assert re.search(r"local \(pid \d+\) was killed by signal SIGKILL", output), output
+    assert output.count("the Dask cluster broke") == 1 and "Error in rule" not in output, output
     assert took < 30, f"took {took:.1f} s"
     # (no_leftovers: the orphaned sleep jobs were ended too)
 
@@ -302,11 +306,15 @@ def test_environment_variable_values_are_validated(tmp_path: Path, no_leftovers:
     )
 
 
+#: What the plugin asks of a scheduler it attaches to: never re-run a dead worker's task.
+NO_RERUNS = {"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+
+
 @pytest.mark.workflow("retries")
 def test_attach_to_a_scheduler_the_plugin_did_not_start(workflow: Workflow) -> None:
     sched_file = workflow.path / "scheduler.json"
     python = str(VENV_BIN / "python")
-    env = workflow.env()
+    env = workflow.env() | NO_RERUNS
     scheduler = subprocess.Popen(
         [python, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(sched_file),
          "--host", "127.0.0.1", "--dashboard-address", ":0"],
@@ -342,7 +350,7 @@ def test_attach_refuses_workers_without_a_cpus_resource(tmp_path: Path, no_lefto
     scheduler = subprocess.Popen(
         [python, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(sched_file),
          "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ) | NO_RERUNS,
     )  # fmt: skip
     worker = subprocess.Popen(
         [python, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file),

@@ -18,6 +18,7 @@ from tests.appenders import (
     check_never_two_at_once,
     check_outputs,
     kill_worker_when_busy,
+    sleeping_in,
     started,
     worker_pids,
 )
@@ -144,7 +145,8 @@ DAEMONS = {
 def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, daemon: str) -> None:
     (tmp_path / "Snakefile").write_text(
         'rule all:\n    input: "done.txt", "later.txt"\n'
-        f'rule d:\n    output: "done.txt"\n    shell: "{DAEMONS[daemon]} sleep 0.5; echo ok > {{output}}"\n'
+        f'rule d:\n    output: "done.txt"\n'
+        f'    shell: "{DAEMONS[daemon]} sleep 0.5; echo ok > {{output}}"\n'
         # a later job, so that the run goes on after the daemon's job ended
         'rule later:\n    input: "done.txt"\n    output: "later.txt"\n'
         f'    shell: "sleep 3; echo {no_leftovers} > {{output}}"\n'
@@ -159,22 +161,8 @@ def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, dae
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
         time.sleep(0.05)
     time.sleep(2.0)  # the worker looks for orphans of finished jobs every second
-    daemons = daemons_in(tmp_path)
+    daemons = sleeping_in(tmp_path)
     assert proc.poll() is None, "the run ended too early to check the daemon"
     assert not daemons, f"{daemon}: the job's daemon outlived its job: {daemons}"
     code, output = finish(proc)
     assert code == 0, output
-
-
-def daemons_in(directory: Path) -> list[int]:
-    """Live ``sleep 300`` processes working in ``directory``."""
-    found = []
-    for pid in alive([int(p) for p in os.listdir("/proc") if p.isdigit()]):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            cwd = Path(f"/proc/{pid}/cwd").resolve()
-        except OSError:
-            continue
-        if cmd[:2] == [b"sleep", b"300"] and cwd == directory.resolve():
-            found.append(pid)
-    return found

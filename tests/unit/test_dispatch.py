@@ -61,8 +61,8 @@ def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
 
 
 def restrictions(client: Client, keys: set[str]) -> dict[str, dict[str, float]]:
-    """The resource restrictions of these tasks on the scheduler, once all are there (the
-    dispatcher holds the futures until drained, so finished tasks stay)."""
+    """The resource restrictions of these tasks on the scheduler, once all are there (they
+    must not have finished: Dask forgets a finished task at once, see dispatch)."""
 
     def read(dask_scheduler: Any) -> dict[str, dict[str, float]]:
         return {
@@ -116,15 +116,18 @@ def test_submit_many_groups_by_request_and_reports_every_job(
 ) -> None:
     woken = threading.Event()
     dispatcher = Dispatcher(client, woken.set)
+    wait = "while [ ! -e go ]; do sleep 0.02; done; "  # they stay on the scheduler till then
     small = [
-        (spec(tmp_path, f"small-{i}", f"echo {i} > small-{i}.out"), {"cpus": 1}) for i in range(5)
+        (spec(tmp_path, f"small-{i}", f"{wait}echo {i} > small-{i}.out"), {"cpus": 1})
+        for i in range(5)
     ]
-    big = [(spec(tmp_path, "big-0", "echo $((2+2)) > big-0.out; exit 4"), {"cpus": 4})]
+    big = [(spec(tmp_path, "big-0", f"{wait}echo $((2+2)) > big-0.out; exit 4"), {"cpus": 4})]
     dispatcher.submit_many(small[:2] + big + small[2:])
     keys = {"big-0"} | {f"small-{i}" for i in range(5)}
     assert restrictions(client, keys) == {"big-0": {"cpus": 4}} | {
         f"small-{i}": {"cpus": 1} for i in range(5)
     }
+    (tmp_path / "go").touch()
     results = wait_for(dispatcher, 6, woken)
     assert [r.key for r in results] == ["big-0"] + [f"small-{i}" for i in range(5)]
     assert [r.ok for r in results] == [False] + [True] * 5

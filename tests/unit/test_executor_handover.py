@@ -24,9 +24,10 @@ def test_jobs_dask_refuses_are_unregistered_and_failed_with_a_reason(tmp_path: P
         n_workers=1, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
     ) as cluster:
         client = Client(cluster)
+        dispatcher = Dispatcher(client, lambda: None)
         client.close()  # what a client that lost its scheduler refuses with
     executor: Any = object.__new__(Executor)  # the hand-over needs none of Snakemake
-    executor._dispatcher = Dispatcher(client, lambda: None)
+    executor._dispatcher = dispatcher
     executor.config = SimpleNamespace(run_dir=tmp_path)
     tasks = []
     executor._jobs = {}

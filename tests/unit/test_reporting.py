@@ -1,12 +1,19 @@
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.dispatch import Finished, describe_exception
+from snakemake_executor_plugin_dask_slurm.dispatch import finished_from_event
 from snakemake_executor_plugin_dask_slurm.proctree import describe_exit
-from snakemake_executor_plugin_dask_slurm.reporting import failure_message, job_label
+from snakemake_executor_plugin_dask_slurm.reporting import (
+    failure_message,
+    job_label,
+    lost_job_message,
+    unconfirmed_verdict,
+)
+from snakemake_executor_plugin_dask_slurm.tasks import Finished
 from snakemake_executor_plugin_dask_slurm.worker_task import TaskOutcome
 
 JOB = SimpleNamespace(name="align", jobid=7, attempt=2, is_group=lambda: False)
@@ -49,12 +56,25 @@ def test_failure_message_for_start_errors_and_lost_tasks() -> None:
     assert lost.startswith("rule align (jobid 7, attempt 2) did not finish: the worker died.")
 
 
-def test_describe_exception() -> None:
-    class KilledWorker(Exception):
-        pass
+def test_finished_from_event() -> None:
+    outcome = TaskOutcome(3, "n2", 1.0, 2.0, "tail")
+    event = {"key": "k", "ok": False, "outcome": dataclasses.asdict(outcome)}
+    assert finished_from_event({"key": "k", "ok": True}) == Finished("k", True)
+    assert finished_from_event(event) == Finished("k", False, outcome=outcome)
+    assert finished_from_event({"key": "k", "ok": False, "problem": "ValueError: x"}) == Finished(
+        "k", False, problem="ValueError: x"
+    )
+    assert finished_from_event({"nokey": 1}) is None
 
-    assert describe_exception(KilledWorker("x")).startswith("the Dask worker running it was lost")
-    assert describe_exception(ValueError("bad")) == "its Dask task failed with ValueError: bad"
+
+def test_lost_job_messages_tell_running_from_waiting() -> None:
+    ran = lost_job_message("rule a (jobid 1, attempt 1)", "n2", True, None, "Again.")
+    assert ran == "rule a (jobid 1, attempt 1) was running on n2 when that worker died. Again.\n"
+    how = "it was killed by signal SIGKILL, and its supervisor ended 2 process(es)"
+    waited = lost_job_message("rule a (jobid 1, attempt 1)", "n2", False, how, "Again.")
+    assert waited.startswith("rule a (jobid 1, attempt 1) was waiting, not started, on n2 when")
+    assert how in waited
+    assert "DASK_SLURM_JOB=k-1" in unconfirmed_verdict("n2", "k-1")
 
 
 @pytest.mark.parametrize(

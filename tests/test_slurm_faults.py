@@ -1,0 +1,187 @@
+"""Faults inside a real SLURM allocation on the project's test cluster (nodes n1, n2, n3):
+a worker killed outright (with and without restarts), a worker killed together with its
+supervisor, the scheduler killed, jobs that start daemons. Every output is checked, and
+that no two copies of a job ever ran at once. The nodes share this machine's process
+table, so the test can find and kill a node's worker like an out-of-memory killer would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.appenders import (
+    alive,
+    check_never_two_at_once,
+    check_outputs,
+    kill_worker_when_busy,
+    sleeping_in,
+    started,
+    worker_pids,
+)
+from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+
+if TYPE_CHECKING:
+    from tests.slurm_cluster.fixtures import SlurmTestCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+SNAKEMAKE = str(VENV_BIN / "snakemake")
+COUNT, STEPS = 12, 5
+
+
+@contextmanager
+def snakemake_in_salloc(
+    cluster: SlurmTestCluster, workdir: Path, token: str, *args: str, steps: int = STEPS
+) -> Iterator[subprocess.Popen[str]]:
+    """Snakemake on the appenders workflow inside ``salloc -N3``, running in the
+    background; on leaving, the allocation is cancelled if it still runs."""
+    name = f"faults-{token}"
+    proc = subprocess.Popen(
+        ["salloc", f"--job-name={name}", "-N3", "--exclusive", "--time=5", f"--chdir={workdir}",
+         SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "30",
+         "--config", f"token={token}", f"count={COUNT}", f"steps={steps}", *args],
+        env={**cluster.env, "DASK_SLURM_TEST_TOKEN": token},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            cluster.run(["scancel", f"--name={name}"])
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 180) -> tuple[int, str]:
+    output, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, output
+
+
+def appenders(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(WORKFLOWS / "appenders", tmp_path / "appenders"))
+
+
+def node_worker(workdir: Path, node: str) -> int:
+    found = worker_pids(node, str(workdir))
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("restarts", [False, True], ids=["no-restart", "restarted"])
+def test_a_killed_worker_on_a_node_costs_no_output(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str, restarts: bool
+) -> None:
+    workdir = appenders(tmp_path)
+    args = ("--dask-slurm-nanny",) if restarts else ()
+    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *args) as proc:
+        _, its_jobs = kill_worker_when_busy(proc, workdir, lambda: node_worker(workdir, "n3"), 4)
+        time.sleep(1.0)
+        assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
+        code, output = finish(proc)
+    assert code == 0, output
+    assert "was running on n3 when that worker died" in output, output
+    check_outputs(workdir, COUNT, STEPS)
+    check_never_two_at_once(workdir)
+    record = (workdir / ".snakemake/dask-slurm/workers").glob("n3-*.json")
+    assert any('"signal": 9' in path.read_text() for path in record), "no supervisor record"
+
+
+def test_a_worker_killed_with_its_supervisor_is_swept_by_srun(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """Nothing on the node records the death: the plugin ends the jobs' processes with an
+    srun step on that node (after waiting for a record), and only then runs them again."""
+    workdir = appenders(tmp_path)
+
+    def supervisor_then_worker() -> int:
+        worker = node_worker(workdir, "n2")
+        with open(f"/proc/{worker}/stat") as f:
+            supervisor = int(f.read().rsplit(")", 1)[1].split()[1])
+        os.kill(supervisor, signal.SIGKILL)
+        return worker
+
+    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, steps=20) as p:
+        kill_worker_when_busy(p, workdir, supervisor_then_worker, 4)
+        code, output = finish(p)
+    assert code == 0, output
+    assert "an srun step on n2 ended them" in output, output
+    check_never_two_at_once(workdir)
+
+
+def test_a_killed_scheduler_ends_the_run_and_its_steps(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = appenders(tmp_path)
+    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers) as proc:
+        deadline = time.monotonic() + 120
+        while started(workdir) < 3:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        scheduler = [pid for pid, cmd in live_processes("no-token", str(workdir))
+                     if "distributed.cli.dask_scheduler" in cmd]  # fmt: skip
+        killed = time.monotonic()
+        os.kill(scheduler[0], signal.SIGKILL)
+        code, output = finish(proc, timeout=60)
+        took = time.monotonic() - killed
+    assert code != 0, output
+    assert took < 10, f"Snakemake took {took:.1f} s to end after the scheduler died"
+    assert "the Dask scheduler was killed by signal SIGKILL" in output, output
+    assert output.count("the Dask cluster broke") == 1 and "Traceback" not in output, output
+    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers) as rerun:
+        code, output = finish(rerun)
+    assert code == 0, output
+    check_outputs(workdir, COUNT, STEPS)
+    check_never_two_at_once(workdir)
+
+
+def test_daemons_of_jobs_on_the_nodes_end_with_their_jobs(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    daemons = [
+        "nohup sleep 300 >/dev/null 2>&1 &",
+        "setsid sleep 300 >/dev/null 2>&1 &",
+        "(sleep 300 >/dev/null 2>&1 &);",
+        "(setsid sh -c 'sleep 300 & ' >/dev/null 2>&1 &);",
+    ]
+    rules = "".join(
+        f'rule d{i}:\n    output: "d{i}.txt"\n    shell: "{d} sleep 0.5; echo ok > {{output}}"\n'
+        for i, d in enumerate(daemons)
+    )
+    (tmp_path / "Snakefile").write_text(
+        f'rule all:\n    input: "later.txt"\n{rules}'
+        f"rule later:\n    input: {[f'd{i}.txt' for i in range(len(daemons))]}\n"
+        f'    output: "later.txt"\n    shell: "sleep 4; echo {no_leftovers} > {{output}}"\n'
+    )
+    name = f"daemons-{no_leftovers}"
+    proc = subprocess.Popen(
+        ["salloc", f"--job-name={name}", "-N3", "--exclusive", "--time=5",
+         f"--chdir={tmp_path}", SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
+        env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"d{i}.txt").exists() for i in range(len(daemons))):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(2.0)  # each worker looks for orphans of finished jobs every second
+        left = sleeping_in(tmp_path)
+        assert proc.poll() is None, "the run ended too early to check the daemons"
+        assert not left, f"daemons outlived their jobs on the nodes: {left}"
+        code, output = finish(proc)
+        assert code == 0, output
+    finally:
+        if proc.poll() is None:
+            slurm_cluster.run(["scancel", f"--name={name}"])
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
