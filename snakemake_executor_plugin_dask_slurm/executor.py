@@ -29,7 +29,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .cluster import ClusterSource
 from .dispatch import Dispatcher, SubmitFailed
-from .job_commands import JobCommandBuilder
+from .job_commands import JobCommandBuilder, requote_job_args
 from .recovery import Gone, Recovery
 from .reporting import (
     LOST_TWICE,
@@ -39,7 +39,13 @@ from .reporting import (
     speed_hint,
     unconfirmed_verdict,
 )
-from .resources import Capacity, job_request, unsatisfiable_message
+from .resources import (
+    GPU_RESOURCE_NAMES,
+    Capacity,
+    admit,
+    job_request,
+    unsatisfiable_message,
+)
 from .sources import check_run_dir, make_source
 from .tasks import Finished, LostWorker, TaskSpec
 from .validation import RunConfig, resolve
@@ -77,6 +83,7 @@ class Executor(RemoteExecutor):
         self._quiet: set[str] = set()  # jobs whose failure _fail_run already explained
         self._recovery: Recovery | None = None
         self._no_workers_since: float | None = None
+        self._capped_rules: set[str] = set()
         self._next_health_check = 0.0
         super().__init__(workflow, logger)
 
@@ -95,11 +102,52 @@ class Executor(RemoteExecutor):
             format_job_exec=self.format_job_exec,
             run_async=self.workflow.async_run,
         )
-        source = make_source(self.config, log_dir, self.logger)
         self.logger.info(f"dask-slurm: {self.config.cluster} ({self.config.cluster_reason})")
         for warning in self.config.warnings:
             self.logger.warning(f"dask-slurm: {warning}")
         check_run_dir(self.config.run_dir)
+        # Built (settings, allocation, preflight) now; started at the first run_jobs, so a
+        # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
+        cores = self.workflow.resource_settings.cores
+        self._given_cores = (
+            cores if isinstance(cores, int) and not isinstance(cores, bool) else None
+        )
+        self._pending_source: ClusterSource | None = make_source(
+            self.config, log_dir, self.logger, self._given_cores
+        )
+        self._local_cores: int | None = None
+        if self.config.cluster == "local":
+            self._cap_like_local_executor()
+
+    def _cap_like_local_executor(self) -> None:
+        """Local mode: scale threads down to what one local worker has, as Snakemake's
+        local executor does with --cores (rules.py expand_resources constrains _cores by
+        workflow.global_resources["_cores"]; only when the user gave no --cores). Runs
+        before the first job selection, which re-evaluates every job's resources."""
+        from .cluster_local import local_layout
+        from .sources import local_cpus
+
+        cpus, _ = local_cpus(self.config, self._given_cores)
+        per_worker = local_layout(cpus, self.config.workers)[1]
+        if self._given_cores is None:
+            self.workflow.global_resources["_cores"] = per_worker
+            self._local_cores = per_worker
+            self.logger.info(
+                f"dask-slurm: local mode: rules claiming more than {per_worker} threads "
+                "will be scaled down (as with --cores)"
+            )
+
+    @property
+    def cores(self) -> Any:
+        # What a general-way job's own Snakemake gets as --cores (real.py:101).
+        return self._local_cores if self._local_cores else super().cores
+
+    def _ensure_cluster(self) -> None:
+        """Start the Dask cluster if this is the first scheduling round (main thread)."""
+        source = self._pending_source
+        if self._dispatcher is not None or source is None:
+            return
+        self._pending_source = None
         self.logger.info(f"dask-slurm: starting {source.description}")
         client = source.start()  # stops what it started if it fails
         try:
@@ -134,6 +182,14 @@ class Executor(RemoteExecutor):
         if hint:
             self.logger.info(f"dask-slurm: hint: {hint}")
 
+    def get_job_args(self, job: JobExecutorInterface, **kwargs: Any) -> str:
+        """Snakemake's job arguments, with --target-jobs, --wait-for-files and
+        --unneeded-temp-files quoted with shlex.quote instead of repr() (which doubles
+        backslashes and lets $ expand in values holding a single quote)."""
+        args = super().get_job_args(job, **kwargs)
+        replaced = requote_job_args(args, job, self)
+        return args if replaced is None else replaced
+
     def additional_general_args(self) -> str:
         # A spawned Snakemake otherwise waits ~1 s at exit for its job-rate limiter's
         # timer; the outer Snakemake already rate-limits submissions.
@@ -150,6 +206,7 @@ class Executor(RemoteExecutor):
         default does, and submitted with the other jobs of its chunk."""
         if self._sigterm is None:
             self._install_sigterm_handler()
+        self._ensure_cluster()
         chunk: list[JobExecutorInterface] = []
         flush_at = 0.0
         for job in jobs:
@@ -166,6 +223,7 @@ class Executor(RemoteExecutor):
     def run_job(self, job: JobExecutorInterface) -> None:
         if self._sigterm is None:
             self._install_sigterm_handler()
+        self._ensure_cluster()
         self._submit_chunk([job])
 
     def _submit_chunk(self, jobs: list[JobExecutorInterface]) -> None:
@@ -174,11 +232,15 @@ class Executor(RemoteExecutor):
         accepted: list[tuple[SubmittedJobInfo, dict[str, float]]] = []
         for job in jobs:
             job_info = SubmittedJobInfo(job, external_jobid=self.job_key(job))
-            request = job_request(job.threads, job.resources, self._advertised)
-            if self._capacity.fits(request):
+            asked = job_request(job.threads, job.resources, self._advertised)
+            admitted = admit(asked, self._capacity, cap=self.config.cluster == "local")
+            if admitted is not None:
+                request, capped = admitted
+                if capped:
+                    self._note_capped(job, asked, capped)
                 accepted.append((job_info, request))
             else:
-                msg = unsatisfiable_message(job_label(job), request, self._capacity)
+                msg = unsatisfiable_message(job_label(job), asked, self._capacity)
                 refused.append((job_info, msg))
         built = self._builder.build_many([(info.job, info.external_jobid) for info, _ in accepted])
         tasks: list[tuple[TaskSpec, dict[str, float]]] = []
@@ -203,6 +265,33 @@ class Executor(RemoteExecutor):
             self._refuse(job_info, msg)
         for job_info, msg in lost:
             self.report_job_error(job_info, msg=msg)
+
+    def _note_capped(self, job: JobExecutorInterface, asked: dict[str, float], capped: Any) -> None:
+        """Once per rule: which of its requests local mode capped, and why."""
+        if job.name in self._capped_rules:
+            return
+        self._capped_rules.add(job.name)
+        parts = []
+        for resource in capped:
+            if resource in self._advertised:
+                has = self._capacity.largest().get(resource, 0)
+                parts.append(
+                    f"{resource}={asked[resource]:g} is more than a local worker has ({has:g}), "
+                    "so it gets a whole worker"
+                )
+            else:
+                name = next(
+                    (n for n in GPU_RESOURCE_NAMES if job.resources.get(n) == asked[resource]),
+                    resource,
+                )
+                parts.append(
+                    f"{name}={asked[resource]:g} is counted by Snakemake only (limit it with "
+                    f"--resources {name}=N): the local workers have no GPUs"
+                )
+        self.logger.info(
+            f"dask-slurm: rule {job.name}: {'; '.join(parts)}, as Snakemake's local executor "
+            "would run it"
+        )
 
     def _hand_over(
         self, tasks: list[tuple[TaskSpec, dict[str, float]]]
@@ -239,7 +328,11 @@ class Executor(RemoteExecutor):
             return  # _fail_run said why, once for all of them
         if job_info.external_jobid is not None:
             kwargs["external_jobid"] = job_info.external_jobid
-        job_info.job.log_error(msg, **kwargs)
+        job = job_info.job
+        if job.is_group() and msg:
+            # Snakemake's GroupJob.log_error (jobs.py:1498) drops ``msg``: say it first.
+            self.logger.error(f"Error in group {job.groupid}: {str(msg).rstrip()}")
+        job.log_error(msg, **kwargs)
 
     # -- stopping every job at once ----------------------------------------------------
 

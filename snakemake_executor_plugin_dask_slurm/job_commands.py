@@ -17,11 +17,15 @@ to 9.x for it and the tests run the same rules both ways.
 from __future__ import annotations
 
 import asyncio
+import dis
+import string
+from collections import ChainMap
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from snakemake.shell import shell as snakemake_shell
+from snakemake.utils import QuotedFormatter, SequenceFormatter
 
 from .eligibility import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
 from .tasks import SYSTEM_TMPDIR, TaskSpec
@@ -56,6 +60,132 @@ def rule_facts(job: Any, workflow: Any) -> RuleFacts:
         debug_or_edit_notebook=bool(getattr(settings, "debug", False))
         or getattr(settings, "edit_notebook", None) is not None,
     )
+
+
+# -- the command Snakemake's shell() would run -------------------------------------------
+#
+# A shell: rule compiles (snakemake/parser.py, class Shell/Run) to
+#     @workflow.shellcmd(CMD)
+#     @workflow.run
+#     def __rule_NAME(input, output, params, wildcards, threads, resources, log, rule, ...):
+#         shell(CMD, bench_record=bench_record, bench_iteration=bench_iteration)
+# and shell() formats CMD with snakemake.utils.format(stepout=2): the globals of that
+# function (the namespace the rule was defined in: the module's for a module rule, also
+# when `use rule ... with:` renames it), then its arguments (what the local executor's
+# run_wrapper passes, snakemake/executors/local.py:111-172 and :287), then
+# bench_record/bench_iteration. Job.shellcmd (jobs.py:616, format_wildcards :980) uses the
+# main Snakefile's globals and a different set of names instead.
+
+#: Rule-function arguments the direct way can fill in exactly as the local executor does.
+_SUPPORTED_LOCALS = frozenset(
+    {
+        "input",
+        "output",
+        "params",
+        "wildcards",
+        "threads",
+        "resources",
+        "log",
+        "rule",
+        "jobid",
+        "bench_iteration",
+        "bench_record",
+        "is_shell",
+    }
+)
+#: Instructions of a rule function whose body is ``shell(<literal>, bench_record=...,
+#: bench_iteration=...)`` (3.11-3.13 spellings); anything else (an f-string, a
+#: concatenation with a global...) may differ between definition and run time.
+_LITERAL_CALL_OPS = frozenset(
+    {
+        "RESUME",
+        "NOP",
+        "CACHE",
+        "PUSH_NULL",
+        "LOAD_GLOBAL",
+        "LOAD_CONST",
+        "LOAD_FAST",
+        "LOAD_FAST_LOAD_FAST",
+        "KW_NAMES",
+        "PRECALL",
+        "CALL",
+        "CALL_KW",
+        "POP_TOP",
+        "RETURN_VALUE",
+        "RETURN_CONST",
+    }
+)
+
+
+def _field_roots(command: str) -> set[str] | None:
+    """Root names of the replacement fields of ``command``; None if it has fields the
+    direct way does not handle (positional, nested in a format spec)."""
+    roots: set[str] = set()
+    try:
+        for _, field, spec, _ in string.Formatter().parse(command):
+            if field is None:
+                continue
+            if spec and "{" in spec:
+                return None
+            root = field.split(".", 1)[0].split("[", 1)[0]
+            if not root.isidentifier():
+                return None
+            roots.add(root)
+    except ValueError:
+        return None
+    return roots
+
+
+def literal_shell_rule(rule: Any) -> str | None:
+    """Why ``rule``'s command cannot be formatted here exactly as shell() would, or None."""
+    func = getattr(rule, "run_func", None)
+    if func is None or not rule.shellcmd:
+        return "no rule function"
+    if func.__globals__.get("shell") is not snakemake_shell:
+        return "shell is not Snakemake's shell()"
+    consts = []
+    for ins in dis.get_instructions(func):
+        if ins.opname not in _LITERAL_CALL_OPS:
+            return "shell: is an expression"
+        if ins.opname == "LOAD_GLOBAL" and ins.argval != "shell":
+            return "shell: is an expression"
+        if ins.opname.startswith("LOAD_FAST") and not set(
+            ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+        ) <= {"bench_record", "bench_iteration"}:
+            return "shell: is an expression"
+        if ins.opname == "LOAD_CONST" and isinstance(ins.argval, str):
+            consts.append(ins.argval)
+    if consts != [rule.shellcmd]:
+        return "shell: is an expression"
+    roots = _field_roots(rule.shellcmd)
+    if roots is None:
+        return "command has positional or nested fields"
+    rule_args = set(func.__code__.co_varnames[: func.__code__.co_argcount])
+    if roots & (rule_args - _SUPPORTED_LOCALS):
+        return "command uses a name only Snakemake's own job sets (e.g. {basedir})"
+    return None
+
+
+def shell_command(job: Any) -> str:
+    """``job``'s command formatted exactly as Snakemake's shell() formats it."""
+    rule = job.rule
+    local = {
+        "input": job.input._plainstrings(),
+        "output": job.output._plainstrings(),
+        "params": job.params,
+        "wildcards": job.wildcards,
+        "threads": job.threads,
+        "resources": job.resources,
+        "log": job.log._plainstrings(),
+        "rule": rule.name,
+        "jobid": job.jobid,
+        "is_shell": True,
+        "bench_record": None,
+        "bench_iteration": None,
+    }
+    fmt = SequenceFormatter(separator=" ")
+    fmt.element_formatter = QuotedFormatter()
+    return fmt.vformat(rule.shellcmd, (), ChainMap(local, rule.run_func.__globals__))
 
 
 def job_tmpdir(job: Any) -> tuple[str | None, bool]:
@@ -155,7 +285,11 @@ class JobCommandBuilder:
         name = job.rule.name
         found = self._rule_blockers.get(name)
         if found is None:
-            found = self._rule_blockers[name] = blockers(rule_facts(job, self.workflow))
+            found = blockers(rule_facts(job, self.workflow))
+            if not found:
+                why = literal_shell_rule(job.rule)
+                found = (why,) if why else ()
+            self._rule_blockers[name] = found
         return found
 
     def build_many(self, jobs: Sequence[tuple[Any, str]]) -> list[Built]:
@@ -185,6 +319,13 @@ class JobCommandBuilder:
             spec = self._direct(job, key)
             if spec is not None:
                 return spec, "direct"
+        changed = target_spec_survives(job)
+        if changed:
+            raise ValueError(
+                f"its wildcard values {changed} cannot be passed to Snakemake's job command "
+                "(--target-jobs splits on ',' and strips quotes at either end of a value), "
+                "and this job cannot run the direct way"
+            )
         argv = (GENERAL_SHELL, "-c", self.format_job_exec(job))
         spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), None)
         return spec, "general"
@@ -192,7 +333,7 @@ class JobCommandBuilder:
     def _direct(self, job: Any, key: str) -> TaskSpec | None:
         """The direct way's spec, or None when this job must go the general way."""
         try:
-            command = job.shellcmd
+            command = shell_command(job)
         except Exception:  # e.g. a resource only the job's own Snakemake defines
             return None
         tmpdir, tmpdir_expression = job_tmpdir(job)
@@ -203,3 +344,66 @@ class JobCommandBuilder:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
         argv = shell_argv(command, self._shell)
         return TaskSpec(key, argv, self.workdir, env, self.log_path(job), tmpdir)
+
+
+def _shell_list(flag: str, values: Sequence[Any]) -> str:
+    import shlex
+
+    return f"{flag} " + " ".join(shlex.quote(str(v)) for v in values)
+
+
+def requote_job_args(args: str, job: Any, executor: Any) -> str | None:
+    """``args`` (RealExecutor/RemoteExecutor.get_job_args) with its repr()-quoted list
+    arguments replaced by exactly shell-quoted ones; None if a part is not found as
+    Snakemake built it (then the caller keeps Snakemake's text)."""
+    from snakemake_interface_executor_plugins.settings import SharedFSUsage
+    from snakemake_interface_executor_plugins.utils import (
+        encode_target_jobs_cli_args,
+        format_cli_arg,
+    )
+
+    parts = [encode_target_jobs_cli_args(job.get_target_spec())]
+    flags = ["--target-jobs"]
+    unneeded = list(executor.workflow.dag.get_unneeded_temp_files(job))
+    if unneeded:
+        parts.append(unneeded)
+        flags.append("--unneeded-temp-files")
+    if SharedFSUsage.INPUT_OUTPUT in executor.workflow.storage_settings.shared_fs_usage:
+        wait = [executor.tmpdir, *job.get_wait_for_files()]
+        if len(wait) <= 20:  # else Snakemake writes them to a file, one per line: exact
+            parts.append(wait)
+            flags.append("--wait-for-files")
+    for flag, values in zip(flags, parts, strict=True):
+        old = format_cli_arg(flag, values)
+        if old not in args:
+            return None
+        args = args.replace(old, _shell_list(flag, values), 1)
+    return args
+
+
+def target_spec_survives(job: Any) -> str | None:
+    """None if Snakemake's --target-jobs parser gives back ``job``'s wildcards exactly;
+    else the wildcard values it would change (a ',' anywhere, or a quote character at
+    either end: snakemake/target_jobs.py:21 splits on ',', common/__init__.py:83 strips
+    quotes)."""
+    from snakemake.target_jobs import parse_target_jobs_cli_args
+    from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
+
+    specs = job.get_target_spec()
+    try:
+        parsed = parse_target_jobs_cli_args(encode_target_jobs_cli_args(specs))
+    except ValueError:
+        parsed = None
+    if parsed is not None and [dict(p.wildcards_dict) for p in parsed] == [
+        {k: str(v) for k, v in s.wildcards_dict.items()} for s in specs
+    ]:
+        return None
+    return (
+        ", ".join(
+            f"{k}={v!r}"
+            for s in specs
+            for k, v in s.wildcards_dict.items()
+            if "," in str(v) or str(v)[:1] in "'\"" or str(v)[-1:] in "'\""
+        )
+        or "(unparsable)"
+    )

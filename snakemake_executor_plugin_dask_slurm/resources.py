@@ -1,11 +1,18 @@
-"""Map a Snakemake job's resources to Dask worker resources, and refuse the impossible.
+"""Map a Snakemake job's resources to Dask worker resources, and decide what may run.
 
 Workers advertise what they really have (``cpus`` always; ``mem_mb`` and ``gpus`` when
 known). A job asks for ``cpus`` = its threads, ``mem_mb`` when the workers advertise
 memory, and ``gpus`` when it asks for any. A request that no worker can ever satisfy would
-sit in Dask's ``no-worker`` state forever, so it fails at once instead (this plugin does
-not silently cap it: a rule that formats ``{threads}`` into its command would still run
-with the uncapped number).
+sit in Dask's ``no-worker`` state forever, so :func:`admit` decides at once, by the
+semantics of the mode:
+
+- **srun / attach (SLURM's semantics):** a job no worker can ever hold fails at once, as
+  ``sbatch`` would refuse it.
+- **local (Snakemake's local executor's semantics):** threads are already scaled down by
+  Snakemake itself (the plugin sets the local cluster's CPUs as ``--cores``); a memory
+  request above what a worker has is capped (the job then runs alone on a worker, as the
+  local executor would run it); ``gpu``/``gpus`` are abstract counters (limited only by
+  ``--resources``) unless the workers advertise GPUs.
 """
 
 from __future__ import annotations
@@ -67,6 +74,26 @@ class Capacity:
     def largest(self) -> Mapping[str, float]:
         """The offer with the most CPUs (then memory), for messages."""
         return max(self.offers, key=lambda o: (o.get(CPUS, 0.0), o.get(MEM_MB, 0.0)), default={})
+
+
+def admit(
+    request: Mapping[str, float], capacity: Capacity, cap: bool
+) -> tuple[dict[str, float], tuple[str, ...]] | None:
+    """What to ask Dask for, and what was capped (resource names); None when the job can
+    never run (without ``cap``: as soon as no worker offers the whole request)."""
+    if capacity.fits(request):
+        return dict(request), ()
+    if not cap:
+        return None
+    advertised = capacity.advertised
+    kept = {name: amount for name, amount in request.items() if name in advertised}
+    dropped = tuple(name for name in request if name not in advertised)
+    for offer in capacity.offers:
+        limited = {name: min(amount, offer.get(name, 0.0)) for name, amount in kept.items()}
+        if all(limited.values()) and capacity.fits(limited):
+            capped = tuple(n for n in kept if limited[n] < kept[n])
+            return limited, dropped + capped
+    return None
 
 
 def format_resources(resources: Mapping[str, float]) -> str:

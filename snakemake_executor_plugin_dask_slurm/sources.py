@@ -14,10 +14,14 @@ from .slurm_env import cpus_for_this_node, in_allocation
 from .validation import RunConfig
 
 
-def local_cpus(config: RunConfig) -> tuple[int, str]:
-    """CPUs for the local cluster and where the number came from."""
+def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
+    """CPUs for the local cluster and where the number came from: Snakemake's ``--cores``
+    is the local executor's CPU budget, so it is this one's too unless
+    --dask-slurm-cpus says otherwise."""
     if config.cpus:
         return config.cpus, "--dask-slurm-cpus"
+    if cores:
+        return cores, "Snakemake's --cores"
     import dask.system
 
     return cpus_for_this_node(os.environ, dask.system.CPU_COUNT, os.cpu_count() or 1)
@@ -33,7 +37,9 @@ def local_mem_mb() -> tuple[int, str]:
     return MEMORY_LIMIT // 2**20, "memory this process may use (cgroup/machine)"
 
 
-def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
+def make_source(
+    config: RunConfig, log_dir: Path, logger: Any, cores: int | None = None
+) -> ClusterSource:
     if config.cluster == "attach":
         return AttachCluster(
             config.scheduler_address, config.scheduler_file, config.startup_timeout
@@ -42,7 +48,7 @@ def make_source(config: RunConfig, log_dir: Path, logger: Any) -> ClusterSource:
         from .cluster_srun import SrunCluster
 
         return SrunCluster.from_environment(config, log_dir)
-    cpus, cpus_source = local_cpus(config)
+    cpus, cpus_source = local_cpus(config, cores)
     mem_mb, _ = local_mem_mb()
     if in_allocation(os.environ):
         logger.info(
