@@ -112,16 +112,6 @@ def test_retries_resubmit_with_the_new_attempts_resources(workflow: Workflow) ->
     assert first.read_text() == "attempt-with-100\n"
 
 
-@pytest.mark.workflow("retries")
-def test_request_no_worker_can_satisfy_fails_at_once(workflow: Workflow) -> None:
-    started = time.monotonic()
-    run = workflow.snakemake("--jobs", "2", "--set-threads", "flaky=64")
-    assert run.returncode == 1, run
-    assert "rule flaky" in run.output and "asks for cpus=64" in run.output, run
-    assert "the largest worker offers cpus=" in run.output
-    assert time.monotonic() - started < 60
-
-
 @pytest.mark.workflow("fail")
 def test_command_not_found_is_named(workflow: Workflow) -> None:
     snakefile = workflow.path / "Snakefile"

@@ -6,6 +6,7 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.resources import (
     Capacity,
+    admit,
     format_resources,
     job_request,
     unsatisfiable_message,
@@ -71,3 +72,27 @@ def test_unsatisfiable_message_names_rule_request_and_largest_worker() -> None:
 def test_format_resources() -> None:
     assert format_resources({}) == "nothing"
     assert format_resources({"mem_mb": 1500.0, "cpus": 2.0}) == "cpus=2, mem_mb=1500"
+
+
+LOCAL = Capacity.from_workers([{"cpus": 2, "mem_mb": 24000}])
+NODES = Capacity.from_workers([{"cpus": 4, "mem_mb": 2000}, {"cpus": 8, "mem_mb": 2000, "gpus": 2}])
+
+
+@pytest.mark.parametrize(
+    ("request_", "capacity", "cap", "expected"),
+    [
+        # fits: asked as is, in every mode
+        ({"cpus": 1}, LOCAL, True, ({"cpus": 1}, ())),
+        ({"cpus": 8, "gpus": 1}, NODES, False, ({"cpus": 8, "gpus": 1}, ())),
+        # srun/attach: what no worker can ever hold is refused
+        ({"cpus": 16}, NODES, False, None),
+        ({"cpus": 1, "mem_mb": 9000}, NODES, False, None),
+        ({"cpus": 4, "gpus": 1}, Capacity.from_workers([{"cpus": 4}]), False, None),
+        # local: memory capped at a worker's, GPUs abstract when no worker has any
+        ({"cpus": 1, "mem_mb": 1e7}, LOCAL, True, ({"cpus": 1, "mem_mb": 24000}, ("mem_mb",))),
+        ({"cpus": 1, "gpus": 1}, LOCAL, True, ({"cpus": 1}, ("gpus",))),
+        ({"cpus": 4, "gpus": 3}, NODES, True, ({"cpus": 4, "gpus": 2}, ("gpus",))),
+    ],
+)
+def test_admit(request_: dict[str, float], capacity: Capacity, cap: bool, expected: Any) -> None:
+    assert admit(request_, capacity, cap) == expected
