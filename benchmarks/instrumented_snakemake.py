@@ -18,7 +18,7 @@ job starts), to measure the exit wait that argument cuts.
 Lines written (tab-separated):
 
 ``init t``                         executor construction begins (plugin start)
-``ready t slots``                  ``__post_init__`` returned: every worker registered
+``ready t slots``                  the cluster started (at the first job): every worker registered
 ``cluster_start seconds``          the cluster source's own ``start()`` duration
 ``submit key t``                   Snakemake handed the job over (``run_job_pre``, called for
                                    each job of a round just before it is submitted)
@@ -61,7 +61,7 @@ def _patch_executor() -> None:
     record = _events.append
     now = time.time
     orig_init: Callable[..., None] = cls.__init__
-    orig_post_init: Callable[..., None] = cls.__post_init__
+    orig_ensure_cluster: Callable[..., None] = cls._ensure_cluster
     orig_run_job_pre: Callable[..., None] = cls.run_job_pre
     orig_report: Callable[..., None] = cls._report
     orig_shutdown: Callable[..., None] = cls.shutdown
@@ -70,11 +70,13 @@ def _patch_executor() -> None:
         record(("init", now()))
         orig_init(self, workflow, logger)
 
-    def __post_init__(self: Any) -> None:
-        orig_post_init(self)
-        t = now()
-        workers = self._source.client.scheduler_info(n_workers=-1)["workers"].values()
-        record(("ready", t, sum(w["nthreads"] for w in workers)))
+    def _ensure_cluster(self: Any) -> None:
+        starting = self._dispatcher is None
+        orig_ensure_cluster(self)
+        if starting and self._source is not None:
+            t = now()
+            workers = self._source.client.scheduler_info(n_workers=-1)["workers"].values()
+            record(("ready", t, sum(w["nthreads"] for w in workers)))
 
     def run_job_pre(self: Any, job: Any) -> None:
         record(("submit", self.job_key(job), now()))
@@ -90,7 +92,7 @@ def _patch_executor() -> None:
         orig_shutdown(self)
         record(("shutdown", t, now()))
 
-    cls.__init__, cls.__post_init__, cls.run_job_pre = __init__, __post_init__, run_job_pre
+    cls.__init__, cls._ensure_cluster, cls.run_job_pre = __init__, _ensure_cluster, run_job_pre
     if os.environ.get(KEEP_EXIT_WAIT_ENV):  # measure what the plugin's cut saves
         cls.additional_general_args = executor.RemoteExecutor.additional_general_args
     cls._report, cls.shutdown = _report, shutdown

@@ -8,5 +8,5 @@ rule x:
     shell: "echo {X} {rule} > {output}"
 rule prefixed:
     output: "out/prefixed.txt"
-    shell: "echo body >> {output}"
-shell.prefix("echo prefix-from-{X} > out/prefixed.txt; ")
+    shell: "echo body $PREFIX_FROM > {output}"
+shell.prefix("PREFIX_FROM=prefix-from-{X}; ")
