@@ -46,6 +46,15 @@ from .resources import (
     job_request,
     unsatisfiable_message,
 )
+from .scheduling import (
+    RATE_FLAGS,
+    SCHEDULER_FLAGS,
+    SUBSAMPLE_FLAGS,
+    Given,
+    Plan,
+    flag_given,
+    plan,
+)
 from .sources import check_run_dir, make_source
 from .tasks import Finished, LostWorker, TaskSpec
 from .validation import RunConfig, resolve
@@ -84,6 +93,7 @@ class Executor(RemoteExecutor):
         self._recovery: Recovery | None = None
         self._no_workers_since: float | None = None
         self._capped_rules: set[str] = set()
+        self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._next_health_check = 0.0
         super().__init__(workflow, logger)
 
@@ -170,15 +180,33 @@ class Executor(RemoteExecutor):
         )
         self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
 
+    def _tune_scheduling(self) -> None:
+        """Once, at the first scheduling round: lift the Snakemake scheduling defaults the
+        user did not choose (:mod:`.scheduling`), in Snakemake's job scheduler itself."""
+        settings = self.workflow.scheduling_settings
+        rate = settings.max_jobs_per_timespan
+        given = Given(
+            rate=(rate.max_jobs, float(rate.timespan)) if rate else None,
+            scheduler=settings.scheduler,
+            subsample=settings.subsample,
+            rate_chosen=flag_given(sys.argv, RATE_FLAGS) or bool(settings.max_jobs_per_second),
+            scheduler_chosen=flag_given(sys.argv, SCHEDULER_FLAGS),
+            subsample_chosen=flag_given(sys.argv, SUBSAMPLE_FLAGS),
+        )
+        change = plan(given)
+        scheduler = getattr(self.workflow, "scheduler", None)
+        if change and scheduler is not None:
+            apply_to_job_scheduler(scheduler, change)
+            self.logger.info(f"dask-slurm: {change.describe(given)}")
+        self._scheduling = change.effective(given) if scheduler is not None else given
+
     def _hint_speed(self) -> None:
-        scheduling = self.workflow.scheduling_settings
-        rate = scheduling.max_jobs_per_timespan
-        per_second = rate.max_jobs / rate.timespan if rate and rate.timespan else None
+        """A hint only where a setting the user chose still caps throughput."""
+        now = self._scheduling
+        per_second = now.rate[0] / now.rate[1] if now.rate and now.rate[1] else None
         nodes = self.workflow.resource_settings.nodes
         jobs = nodes if isinstance(nodes, int) and nodes < sys.maxsize else None
-        hint = speed_hint(
-            scheduling.scheduler, jobs, per_second, self._total_cpus, scheduling.subsample
-        )
+        hint = speed_hint(now.scheduler, jobs, per_second, self._total_cpus, now.subsample)
         if hint:
             self.logger.info(f"dask-slurm: hint: {hint}")
 
@@ -206,6 +234,7 @@ class Executor(RemoteExecutor):
         default does, and submitted with the other jobs of its chunk."""
         if self._sigterm is None:
             self._install_sigterm_handler()
+            self._tune_scheduling()
         self._ensure_cluster()
         chunk: list[JobExecutorInterface] = []
         flush_at = 0.0
@@ -223,6 +252,7 @@ class Executor(RemoteExecutor):
     def run_job(self, job: JobExecutorInterface) -> None:
         if self._sigterm is None:
             self._install_sigterm_handler()
+            self._tune_scheduling()
         self._ensure_cluster()
         self._submit_chunk([job])
 
@@ -662,3 +692,18 @@ class Executor(RemoteExecutor):
             self._source.close()
             self._closed = True
         self.logger.info(f"dask-slurm: Dask cluster closed in {time.monotonic() - started:.1f} s")
+
+
+def apply_to_job_scheduler(scheduler: Any, change: Plan) -> None:
+    """Apply ``change`` to Snakemake's ``JobScheduler`` (snakemake/scheduling/
+    job_scheduler.py, 9.x). These are its internals; tests/test_scheduling_internals.py pins
+    every one used here, so that a Snakemake release that changes them fails CI instead of
+    silently slowing users down."""
+    with scheduler._lock:
+        if change.lift_rate_limit:
+            scheduler.job_rate_limiter = None
+            scheduler.resources["_job_count"] = sys.maxsize  # what it asserts without one
+        if change.subsample:
+            scheduler.subsample = change.subsample
+        if change.scheduler == "greedy":
+            scheduler._job_selector = scheduler.job_selector_greedy
