@@ -72,6 +72,18 @@ CONTENDERS = (
         dask=True,
     ),
     Contender(
+        "dask-local-jobs100",
+        "dask-slurm, local cluster, what a user types first: --jobs 100",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", "--jobs", "100"),
+        dask=True,
+    ),
+    Contender(
+        "dask-local-unlimited",
+        "dask-slurm, local cluster, --jobs unlimited and nothing else",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", "--jobs", "unlimited"),
+        dask=True,
+    ),
+    Contender(
         "dask-local-rec",
         "dask-slurm, local cluster, recommended settings",
         ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", *RECOMMENDED),
@@ -98,6 +110,13 @@ CONTENDERS = (
         "dask-srun",
         "dask-slurm, srun cluster in salloc -N3 --exclusive, plain --jobs {slots}",
         ("--executor", "dask-slurm", "--dask-slurm-cluster", "srun", "--jobs", "{slots}"),
+        in_allocation=True,
+        dask=True,
+    ),
+    Contender(
+        "dask-srun-jobs100",
+        "dask-slurm, srun cluster in salloc -N3 --exclusive, what a user types first: --jobs 100",
+        ("--executor", "dask-slurm", "--dask-slurm-cluster", "srun", "--jobs", "100"),
         in_allocation=True,
         dask=True,
     ),

@@ -16,10 +16,23 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
-LOCAL_CONTENDERS = ("local-default", "local-greedy", "dask-local", "dask-local-rec")
+LOCAL_CONTENDERS = (
+    "local-default",
+    "local-greedy",
+    "dask-local",
+    "dask-local-jobs100",
+    "dask-local-unlimited",
+    "dask-local-rec",
+)
 #: Start a Snakemake per rule, so they run only a few rules.
 GENERAL_CONTENDERS = ("dask-local-general", "dask-local-general-exitwait")
-DASK_CONTENDERS = ("dask-local", "dask-local-rec", *GENERAL_CONTENDERS)
+DASK_CONTENDERS = (
+    "dask-local",
+    "dask-local-jobs100",
+    "dask-local-unlimited",
+    "dask-local-rec",
+    *GENERAL_CONTENDERS,
+)
 SMOKE_WORKLOADS = (("thin", 50), ("farm", 12))
 
 
