@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: What the plugin recommends for many thin rules (``reporting.FAST_SETTINGS``,
-#: docs/further.md "Fast thin jobs").
+#: The settings for many thin rules that the plugin applies itself when the user chose none
+#: (docs/further.md "Fast thin jobs"), given explicitly.
 RECOMMENDED = (
     "--jobs",
     "unlimited",

@@ -65,14 +65,6 @@ def unconfirmed_verdict(worker: str, key: str) -> str:
     )
 
 
-#: What makes Snakemake's own job selection fast for thousands of short jobs (measured in
-#: docs/benchmarks.md): Dask does the queueing, Snakemake hands over every ready job.
-FAST_SETTINGS = (
-    "--jobs unlimited --scheduler greedy --scheduler-subsample 500 "
-    "--max-jobs-per-timespan 100000/1s"
-)
-
-
 def speed_hint(
     scheduler: str,
     jobs: int | None,
@@ -80,7 +72,8 @@ def speed_hint(
     cpus: int,
     subsample: int | None = 500,
 ) -> str | None:
-    """A one-line hint when Snakemake's settings will slow a farm of short jobs."""
+    """A one-line hint when scheduling settings the user chose will slow a farm of short
+    jobs (given the settings Snakemake runs with, after the plugin lifted its defaults)."""
     slow = []
     if scheduler == "ilp":
         slow.append("the ILP job scheduler (costly per job)")
@@ -93,6 +86,7 @@ def speed_hint(
     if not slow:
         return None
     return (
-        f"for many short jobs this run may be slowed by {', '.join(slow)}; consider "
-        f"{FAST_SETTINGS} (see the plugin's docs/benchmarks.md)"
+        f"for many short jobs this run may be slowed by {', '.join(slow)}, which you chose; "
+        "left to the plugin, these suit a farm of short jobs (see the plugin's "
+        'docs/further.md, "Fast thin jobs")'
     )
