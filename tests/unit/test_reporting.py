@@ -103,5 +103,5 @@ def test_speed_hint_wants_a_subsample_for_unlimited_jobs() -> None:
     from snakemake_executor_plugin_dask_slurm.reporting import speed_hint
 
     hint = speed_hint("greedy", None, 100000.0, 16, subsample=None)
-    assert hint is not None and "--scheduler-subsample 500" in hint
+    assert hint is not None and "greedy job scheduler over every ready job (quadratic)" in hint
     assert speed_hint("greedy", None, 100000.0, 16, subsample=500) is None
