@@ -55,7 +55,9 @@ def _write_events(path: str) -> None:
 
 
 def _patch_executor() -> None:
-    from snakemake_executor_plugin_dask_slurm import cluster, dispatch, executor
+    from snakemake_executor_plugin_dask_slurm import executor
+    from snakemake_executor_plugin_dask_slurm.clusters import base as cluster
+    from snakemake_executor_plugin_dask_slurm.dispatch import dispatcher as dispatch
 
     cls: Any = executor.Executor
     record = _events.append

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import psutil
 
+from snakemake_executor_plugin_dask_slurm.worker import SUPERVISOR_MODULE
+
 POLL_SECONDS = 0.2
 #: Poll rounds between scans of the whole process tree (a scan costs more than a poll).
 SCAN_EVERY = 5
@@ -45,7 +47,7 @@ SCHEDULER_MARKER = "distributed.cli.dask_scheduler"
 TRACKED_MARKERS = (
     SCHEDULER_MARKER,
     "distributed.cli.dask_worker",
-    "snakemake_executor_plugin_dask_slurm.supervisor",
+    SUPERVISOR_MODULE,
 )
 
 

@@ -20,7 +20,7 @@ import socket
 import time
 from typing import Any
 
-from snakemake_executor_plugin_dask_slurm import worker_task
+from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
 
 DIR_ENV = "DASK_SLURM_BENCH_WORKER_DIR"
 

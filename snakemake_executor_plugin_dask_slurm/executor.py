@@ -27,11 +27,19 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from .cluster import ClusterSource
-from .dispatch import Dispatcher, SubmitFailed
-from .job_commands import JobCommandBuilder, requote_job_args
-from .recovery import Gone, Recovery
-from .reporting import (
+from .clusters.base import ClusterSource
+from .clusters.choose import check_run_dir, make_source
+from .config import RunConfig, resolve
+from .dispatch.admission import (
+    GPU_RESOURCE_NAMES,
+    Capacity,
+    admit,
+    job_request,
+    unsatisfiable_message,
+)
+from .dispatch.dispatcher import Dispatcher, SubmitFailed
+from .dispatch.job_commands import JobCommandBuilder, requote_job_args
+from .dispatch.messages import (
     LOST_TWICE,
     failure_message,
     job_label,
@@ -39,14 +47,8 @@ from .reporting import (
     speed_hint,
     unconfirmed_verdict,
 )
-from .resources import (
-    GPU_RESOURCE_NAMES,
-    Capacity,
-    admit,
-    job_request,
-    unsatisfiable_message,
-)
-from .scheduling import (
+from .dispatch.recovery import Gone, Recovery
+from .dispatch.scheduling import (
     RATE_FLAGS,
     SCHEDULER_FLAGS,
     SUBSAMPLE_FLAGS,
@@ -55,9 +57,7 @@ from .scheduling import (
     flag_given,
     plan,
 )
-from .sources import check_run_dir, make_source
-from .tasks import Finished, LostWorker, TaskSpec
-from .validation import RunConfig, resolve
+from .worker.tasks import Finished, LostWorker, TaskSpec
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
@@ -134,8 +134,8 @@ class Executor(RemoteExecutor):
         local executor does with --cores (rules.py expand_resources constrains _cores by
         workflow.global_resources["_cores"]; only when the user gave no --cores). Runs
         before the first job selection, which re-evaluates every job's resources."""
-        from .cluster_local import local_layout
-        from .sources import local_cpus
+        from .clusters.choose import local_cpus
+        from .clusters.local import local_layout
 
         cpus, _ = local_cpus(self.config, self._given_cores)
         per_worker = local_layout(cpus, self.config.workers)[1]

@@ -21,13 +21,15 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.worker import SUPERVISOR_MODULE
+
 WORKFLOWS = Path(__file__).parent / "workflows"
 VENV_BIN = Path(sys.executable).parent
 #: Command-line fragments of every process kind the plugin starts.
 PLUGIN_MARKERS = (
     "distributed.cli.dask_scheduler",
     "distributed.cli.dask_worker",
-    "snakemake_executor_plugin_dask_slurm.supervisor",
+    SUPERVISOR_MODULE,
 )
 
 pytest_plugins = ["tests.slurm_cluster.fixtures"]

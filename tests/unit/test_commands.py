@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.commands import (
+from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     SchedulerOptions,
     SupervisorOptions,
     WorkerOptions,
@@ -20,8 +20,8 @@ from snakemake_executor_plugin_dask_slurm.commands import (
     sweep_step_command,
     worker_args,
 )
-from snakemake_executor_plugin_dask_slurm.layout import NodeGroup
-from snakemake_executor_plugin_dask_slurm.supervisor import parse_args, worker_name
+from snakemake_executor_plugin_dask_slurm.slurm.layout import NodeGroup
+from snakemake_executor_plugin_dask_slurm.worker.supervisor import parse_args, worker_name
 
 PY = "/venv/bin/python"
 SCHED = [PY, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s.json"]
@@ -136,7 +136,7 @@ def test_format_resources_rejects_names(name: str) -> None:
 def test_supervised_worker_command(supervisor: SupervisorOptions, head: list[str]) -> None:
     opts = WorkerOptions("/run/s.json", nthreads=8, resources=(("cpus", 8),))
     assert supervised_worker_command(PY, supervisor, opts) == [
-        *(PY, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", *head, "--"),
+        *(PY, "-m", "snakemake_executor_plugin_dask_slurm.worker.supervisor", *head, "--"),
         *("--scheduler-file", "/run/s.json", "--nthreads", "8"),
         *("--resources", "cpus=8"),
         *WORKER_DEFAULT_TAIL,
@@ -147,7 +147,14 @@ def test_sweep_step_command() -> None:
     assert sweep_step_command("n3", PY, ["k1", "k2"], "srun") == [
         *("srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n3"),
         *("--cpus-per-task=1", "--input=none", "--export=ALL", "--job-name=dask-slurm-sweep"),
-        *(PY, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", "--sweep", "k1", "k2"),
+        *(
+            PY,
+            "-m",
+            "snakemake_executor_plugin_dask_slurm.worker.supervisor",
+            "--sweep",
+            "k1",
+            "k2",
+        ),
     ]
 
 
@@ -167,7 +174,14 @@ def test_sweep_step_command() -> None:
     ],
 )
 def test_srun_step_command(group: NodeGroup, srun_args: list[str], head: list[str]) -> None:
-    payload = [PY, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", "--", "--nthreads", "4"]
+    payload = [
+        PY,
+        "-m",
+        "snakemake_executor_plugin_dask_slurm.worker.supervisor",
+        "--",
+        "--nthreads",
+        "4",
+    ]
     argv = srun_step_command(
         group, job_name="dask-workers", srun_args=srun_args, payload=payload, srun="/usr/bin/srun"
     )
@@ -236,7 +250,12 @@ def test_supervisor_refuses_a_worker_name_or_a_missing_separator(argv: list[str]
 
 def test_supervisor_reaches_the_real_dask_worker_help() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "snakemake_executor_plugin_dask_slurm.supervisor", "--worker-help"],
+        [
+            sys.executable,
+            "-m",
+            "snakemake_executor_plugin_dask_slurm.worker.supervisor",
+            "--worker-help",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

@@ -12,8 +12,8 @@ import pytest
 from distributed import Client, LocalCluster
 from distributed.client import ClosedClientError
 
-from snakemake_executor_plugin_dask_slurm.dispatch import Dispatcher, SubmitFailed
-from snakemake_executor_plugin_dask_slurm.tasks import Finished, TaskSpec
+from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
+from snakemake_executor_plugin_dask_slurm.worker.tasks import Finished, TaskSpec
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from typing import Any
 from distributed import Client, LocalCluster
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
-from snakemake_executor_plugin_dask_slurm.dispatch import Dispatcher
+from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher
 from snakemake_executor_plugin_dask_slurm.executor import Executor
-from snakemake_executor_plugin_dask_slurm.tasks import TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
 
 
 def job(jobid: int) -> Any:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from snakemake_executor_plugin_dask_slurm.job_commands import (
+from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import (
     shell_argv,
     shell_wrapper,
     thread_environment,

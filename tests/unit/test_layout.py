@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.layout import (
+from snakemake_executor_plugin_dask_slurm.slurm.allocation import Allocation, read_allocation
+from snakemake_executor_plugin_dask_slurm.slurm.layout import (
     LayoutError,
     NodeGroup,
     WorkerLayout,
     plan_layout,
 )
-from snakemake_executor_plugin_dask_slurm.slurm_env import Allocation, read_allocation
 
 
 def allocation(cpus: dict[str, int]) -> Allocation:

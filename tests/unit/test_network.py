@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from snakemake_executor_plugin_dask_slurm import network
-from snakemake_executor_plugin_dask_slurm.network import (
+from snakemake_executor_plugin_dask_slurm.clusters import network
+from snakemake_executor_plugin_dask_slurm.clusters.network import (
     NetworkError,
     address_on_route_to,
     choose_scheduler_host,

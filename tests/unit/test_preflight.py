@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm import preflight
-from snakemake_executor_plugin_dask_slurm.commands import (
+from snakemake_executor_plugin_dask_slurm.clusters import preflight
+from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     SUPERVISOR_MODULE,
     SchedulerOptions,
     SupervisorOptions,
@@ -17,7 +17,7 @@ from snakemake_executor_plugin_dask_slurm.commands import (
     scheduler_command,
     supervised_worker_command,
 )
-from snakemake_executor_plugin_dask_slurm.preflight import (
+from snakemake_executor_plugin_dask_slurm.clusters.preflight import (
     PreflightError,
     SlurmCommands,
     check_dask_cli,
@@ -228,7 +228,7 @@ def test_in_process_options_match_the_real_help(module: str) -> None:
     import subprocess
     import sys
 
-    from snakemake_executor_plugin_dask_slurm.preflight import _options_in_process
+    from snakemake_executor_plugin_dask_slurm.clusters.preflight import _options_in_process
 
     inproc = _options_in_process(module)
     assert inproc is not None

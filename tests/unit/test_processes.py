@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
-from snakemake_executor_plugin_dask_slurm.processes import (
+from snakemake_executor_plugin_dask_slurm.clusters.process import (
     ManagedProcess,
     Status,
     log_tail,
@@ -20,6 +19,7 @@ from snakemake_executor_plugin_dask_slurm.processes import (
     session_members,
     wait_for_scheduler_file,
 )
+from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 
 
 def python(tmp_path: Path, code: str, name: str = "test process") -> ManagedProcess:

@@ -5,16 +5,16 @@ from types import SimpleNamespace
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.dispatch import finished_from_event
-from snakemake_executor_plugin_dask_slurm.proctree import describe_exit
-from snakemake_executor_plugin_dask_slurm.reporting import (
+from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
+from snakemake_executor_plugin_dask_slurm.dispatch.messages import (
     failure_message,
     job_label,
     lost_job_message,
     unconfirmed_verdict,
 )
-from snakemake_executor_plugin_dask_slurm.tasks import Finished
-from snakemake_executor_plugin_dask_slurm.worker_task import TaskOutcome
+from snakemake_executor_plugin_dask_slurm.worker.proctree import describe_exit
+from snakemake_executor_plugin_dask_slurm.worker.task import TaskOutcome
+from snakemake_executor_plugin_dask_slurm.worker.tasks import Finished
 
 JOB = SimpleNamespace(name="align", jobid=7, attempt=2, is_group=lambda: False)
 GROUP = SimpleNamespace(name="grp", rules=["b", "a", "b"], is_group=lambda: True)
@@ -90,7 +90,7 @@ def test_lost_job_messages_tell_running_from_waiting() -> None:
 def test_speed_hint(
     scheduler: str, jobs: int | None, rate: float, cpus: int, names: str | None
 ) -> None:
-    from snakemake_executor_plugin_dask_slurm.reporting import speed_hint
+    from snakemake_executor_plugin_dask_slurm.dispatch.messages import speed_hint
 
     hint = speed_hint(scheduler, jobs, rate, cpus)
     if names is None:
@@ -100,7 +100,7 @@ def test_speed_hint(
 
 
 def test_speed_hint_wants_a_subsample_for_unlimited_jobs() -> None:
-    from snakemake_executor_plugin_dask_slurm.reporting import speed_hint
+    from snakemake_executor_plugin_dask_slurm.dispatch.messages import speed_hint
 
     hint = speed_hint("greedy", None, 100000.0, 16, subsample=None)
     assert hint is not None and "greedy job scheduler over every ready job (quadratic)" in hint

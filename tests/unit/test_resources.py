@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.resources import (
+from snakemake_executor_plugin_dask_slurm.dispatch.admission import (
     Capacity,
     admit,
     format_resources,

@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.scheduling import (
+from snakemake_executor_plugin_dask_slurm.dispatch.scheduling import (
     RATE_FLAGS,
     SCHEDULER_FLAGS,
     SUBSAMPLE_FLAGS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.slurm_env import (
+from snakemake_executor_plugin_dask_slurm.slurm.allocation import (
     GONE,
     Allocation,
     SlurmEnvironmentError,
@@ -375,7 +375,7 @@ def test_read_allocation_errors(env: dict[str, str], fragments: list[str]) -> No
 
 
 def test_job_environment_keeps_the_allocation_and_drops_the_step() -> None:
-    from snakemake_executor_plugin_dask_slurm.slurm_env import job_environment
+    from snakemake_executor_plugin_dask_slurm.slurm.allocation import job_environment
 
     step = {
         "PATH": "/bin",

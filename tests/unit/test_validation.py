@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.config import choose_cluster, resolve
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 from snakemake_executor_plugin_dask_slurm.settings import ExecutorSettings
-from snakemake_executor_plugin_dask_slurm.validation import choose_cluster, resolve
 
 IN_JOB = {"SLURM_JOB_ID": "42"}
 

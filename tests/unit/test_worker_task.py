@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm import worker_task
-from snakemake_executor_plugin_dask_slurm.tasks import SYSTEM_TMPDIR, JobFailed, TaskSpec
-from snakemake_executor_plugin_dask_slurm.worker_task import (
+from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
+from snakemake_executor_plugin_dask_slurm.worker.task import (
     kill_tasks,
     read_tail,
     run_task,
     running_tasks,
 )
+from snakemake_executor_plugin_dask_slurm.worker.tasks import SYSTEM_TMPDIR, JobFailed, TaskSpec
 
 
 @pytest.fixture(autouse=True)
@@ -155,8 +155,8 @@ def test_read_tail(tmp_path: Path) -> None:
 
 EXIT_WITHOUT_TEARDOWN = """
 import sys, threading
-from snakemake_executor_plugin_dask_slurm.tasks import TaskSpec
-from snakemake_executor_plugin_dask_slurm.worker_task import run_task
+from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.task import run_task
 spec = TaskSpec("t", ("/bin/bash", "-c", "echo $$ > pid; exec sleep 60"), sys.argv[1], (),
                 sys.argv[1] + "/t.log", None)
 threading.Thread(target=run_task, args=(spec,), daemon=True).start()

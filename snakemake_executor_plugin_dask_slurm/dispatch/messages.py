@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .proctree import JOB_MARKER, describe_exit
-from .tasks import Finished
+from ..worker.proctree import JOB_MARKER, describe_exit
+from ..worker.tasks import Finished
 
 #: Why a job lost with its worker is not run again, when it took its worker down twice.
 LOST_TWICE = (

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import DaskSlurmError
-from .processes import ManagedProcess, Status, wait_for_scheduler_file
+from ..errors import DaskSlurmError
+from .process import ManagedProcess, Status, wait_for_scheduler_file
 from .security import client_security
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class AttachCluster(ClusterSource):
         does not exist yet (a scheduler still starting), at most the start-up timeout."""
         if self.address:
             return self.address
-        from .processes import read_scheduler_file
+        from .process import read_scheduler_file
 
         assert self.scheduler_file is not None
         deadline = time.monotonic() + self.timeout

@@ -19,15 +19,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
-from .cluster import ProcessCluster, dashboard_link, owner_environment
-from .cluster_local import (
-    file_locking_env,
-    record_dir,
-    scheduler_options,
-    supervisor_options,
-    worker_options,
-)
-from .commands import (
+from ..config import RunConfig
+from ..errors import DaskSlurmError
+from ..slurm.allocation import Allocation, allocation_ended, read_allocation, with_node_memory
+from ..slurm.layout import NodeGroup, WorkerLayout, plan_layout
+from .base import ProcessCluster, dashboard_link, owner_environment
+from .dask_argv import (
     SUPERVISOR_MODULE,
     dask_option_names,
     scheduler_command,
@@ -35,8 +32,13 @@ from .commands import (
     supervised_worker_command,
     sweep_step_command,
 )
-from .errors import DaskSlurmError
-from .layout import NodeGroup, WorkerLayout, plan_layout
+from .local import (
+    file_locking_env,
+    record_dir,
+    scheduler_options,
+    supervisor_options,
+    worker_options,
+)
 from .network import check_bindable, choose_scheduler_host
 from .preflight import (
     check_dask_cli,
@@ -45,9 +47,7 @@ from .preflight import (
     scontrol_job_state,
     scontrol_node_memory,
 )
-from .processes import ManagedProcess
-from .slurm_env import Allocation, allocation_ended, read_allocation, with_node_memory
-from .validation import RunConfig
+from .process import ManagedProcess
 
 #: srun job-step name of the worker steps, as ``squeue -s`` shows it.
 STEP_NAME = "dask-workers"

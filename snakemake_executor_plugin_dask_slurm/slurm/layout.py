@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from .errors import DaskSlurmError
-from .slurm_env import Allocation
+from ..errors import DaskSlurmError
+from .allocation import Allocation
 
 
 class LayoutError(DaskSlurmError):

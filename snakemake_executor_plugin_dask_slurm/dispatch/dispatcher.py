@@ -27,8 +27,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .tasks import Finished, LostWorker, TaskOutcome, TaskSpec
-from .worker_task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
+from ..worker.task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
+from ..worker.tasks import Finished, LostWorker, TaskOutcome, TaskSpec
 
 if TYPE_CHECKING:
     from distributed import Client

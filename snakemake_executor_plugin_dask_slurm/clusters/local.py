@@ -13,8 +13,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .cluster import ProcessCluster, dashboard_link, owner_environment
-from .commands import (
+from ..config import RunConfig
+from ..errors import DaskSlurmError
+from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
+from ..worker.supervisor import sweep
+from .base import ProcessCluster, dashboard_link, owner_environment
+from .dask_argv import (
     SUPERVISOR_MODULE,
     SchedulerOptions,
     SupervisorOptions,
@@ -23,15 +27,12 @@ from .commands import (
     scheduler_command,
     supervised_worker_command,
 )
-from .errors import DaskSlurmError
 from .preflight import check_dask_cli
-from .processes import ManagedProcess
+from .process import ManagedProcess
 from .security import scheduler_security_args, worker_security_args
-from .supervisor import sweep
-from .validation import RunConfig
 
-SCHEDULER_PRELOAD = ("--preload", "snakemake_executor_plugin_dask_slurm.scheduler_preload")
-WORKER_PRELOAD = ("--preload", "snakemake_executor_plugin_dask_slurm.worker_task")
+SCHEDULER_PRELOAD = ("--preload", SCHEDULER_PRELOAD_MODULE)
+WORKER_PRELOAD = ("--preload", TASK_MODULE)
 #: Workers exit when they cannot reach the scheduler for this long.
 DEATH_TIMEOUT = 60.0
 #: How often a supervisor restarts a worker killed by a signal, with --dask-slurm-nanny.

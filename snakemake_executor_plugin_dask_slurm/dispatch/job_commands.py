@@ -27,8 +27,8 @@ from typing import Any
 from snakemake.shell import shell as snakemake_shell
 from snakemake.utils import QuotedFormatter, SequenceFormatter
 
+from ..worker.tasks import SYSTEM_TMPDIR, TaskSpec
 from .eligibility import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
-from .tasks import SYSTEM_TMPDIR, TaskSpec
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import DaskSlurmError
-from .logtail import read_tail
-from .proctree import describe_exit, session_members
+from ..errors import DaskSlurmError
+from ..worker.logtail import read_tail
+from ..worker.proctree import describe_exit, session_members
 
 logger = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .commands import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE
-from .errors import DaskSlurmError
-from .slurm_env import GONE, parse_job_state, parse_node_memory
-from .supervisor import WORKER_HELP
+from ..errors import DaskSlurmError
+from ..slurm.allocation import GONE, parse_job_state, parse_node_memory
+from ..worker.supervisor import WORKER_HELP
+from .dask_argv import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE
 
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
 # Successful --help answers per (interpreter, module): a run checks several option sets.

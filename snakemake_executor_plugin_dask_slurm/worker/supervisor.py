@@ -21,7 +21,7 @@ small supervisor, in place of Dask's nanny. It
 
 Standard library only (it runs on the nodes). Usage::
 
-    python -m snakemake_executor_plugin_dask_slurm.supervisor [--name NAME] [--indexed]
+    python -m snakemake_executor_plugin_dask_slurm.worker.supervisor [--name NAME] [--indexed]
         --record-dir DIR [--restarts N] -- <dask worker options without --name>
 """
 
@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..slurm.allocation import job_environment
 from . import proctree
-from .slurm_env import job_environment
 
 WORKER_MODULE = "distributed.cli.dask_worker"
 #: Seconds the worker gets to close after SIGTERM before it is killed.

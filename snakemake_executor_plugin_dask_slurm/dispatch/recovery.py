@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tasks import LostWorker
+from ..worker.tasks import LostWorker
 
 logger = logging.getLogger(__name__)
 

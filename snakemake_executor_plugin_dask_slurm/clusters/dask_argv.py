@@ -15,11 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .layout import NodeGroup
+from ..slurm.layout import NodeGroup
+from ..worker import SUPERVISOR_MODULE
 
 SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
 WORKER_MODULE = "distributed.cli.dask_worker"
-SUPERVISOR_MODULE = "snakemake_executor_plugin_dask_slurm.supervisor"
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import socket
 
 import psutil
 
-from .errors import DaskSlurmError
+from ..errors import DaskSlurmError
 
 
 class NetworkError(DaskSlurmError):

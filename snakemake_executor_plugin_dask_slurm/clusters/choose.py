@@ -6,12 +6,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .cluster import AttachCluster, ClusterSource
-from .cluster_local import LocalCluster
-from .errors import DaskSlurmError
+from ..config import RunConfig
+from ..errors import DaskSlurmError
+from ..slurm.allocation import cpus_for_this_node, in_allocation
+from .base import AttachCluster, ClusterSource
+from .local import LocalCluster
 from .network import check_bindable, choose_scheduler_host
-from .slurm_env import cpus_for_this_node, in_allocation
-from .validation import RunConfig
 
 
 def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
@@ -45,7 +45,7 @@ def make_source(
             config.scheduler_address, config.scheduler_file, config.startup_timeout
         )
     if config.cluster == "srun":
-        from .cluster_srun import SrunCluster
+        from .srun import SrunCluster
 
         return SrunCluster.from_environment(config, log_dir)
     cpus, cpus_source = local_cpus(config, cores)

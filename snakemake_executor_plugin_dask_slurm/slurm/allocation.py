@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
 
-from .errors import DaskSlurmError
+from ..errors import DaskSlurmError
 
 # A node name piece outside brackets: what SLURM accepts in NodeName.
 _NAME_PIECE = re.compile(r"[A-Za-z0-9._-]*")
