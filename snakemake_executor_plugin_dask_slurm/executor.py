@@ -39,14 +39,6 @@ from .dispatch.admission import (
 )
 from .dispatch.dispatcher import Dispatcher, SubmitFailed
 from .dispatch.job_commands import JobCommandBuilder, requote_job_args
-from .dispatch.messages import (
-    LOST_TWICE,
-    failure_message,
-    job_label,
-    lost_job_message,
-    speed_hint,
-    unconfirmed_verdict,
-)
 from .dispatch.recovery import Gone, Recovery
 from .dispatch.scheduling import (
     RATE_FLAGS,
@@ -56,6 +48,14 @@ from .dispatch.scheduling import (
     Plan,
     flag_given,
     plan,
+)
+from .report.hints import speed_hint
+from .report.messages import (
+    LOST_TWICE,
+    failure_message,
+    job_label,
+    lost_job_message,
+    unconfirmed_verdict,
 )
 from .worker.tasks import Finished, LostWorker, TaskSpec
 

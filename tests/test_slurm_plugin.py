@@ -334,7 +334,7 @@ def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
 def test_allocation_state_from_the_real_controller(
     slurm_cluster: SlurmTestCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from snakemake_executor_plugin_dask_slurm.clusters.preflight import scontrol_job_state
+    from snakemake_executor_plugin_dask_slurm.slurm.run import scontrol_job_state
 
     scontrol = shutil.which("scontrol")
     assert scontrol

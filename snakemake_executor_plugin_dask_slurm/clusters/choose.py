@@ -9,7 +9,8 @@ from typing import Any
 from ..config import RunConfig
 from ..errors import DaskSlurmError
 from ..slurm.allocation import cpus_for_this_node, in_allocation
-from .base import AttachCluster, ClusterSource
+from .attach import AttachCluster
+from .base import ClusterSource
 from .local import LocalCluster
 from .network import check_bindable, choose_scheduler_host
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import importlib
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from ..errors import DaskSlurmError
-from ..slurm.allocation import GONE, parse_job_state, parse_node_memory
 from ..worker.supervisor import WORKER_HELP
 from .dask_argv import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE
 
@@ -136,74 +133,3 @@ def check_dask_cli(
             f"plugin supports (2026.8 to <2027), or an extra option was misspelt. "
             f"{_install_hint(python, WORKER_MODULE)}"
         )
-
-
-@dataclass(frozen=True)
-class SlurmCommands:
-    """Paths of the SLURM commands the plugin runs; scontrol is optional."""
-
-    srun: str
-    scontrol: str | None  # None: the node list is expanded by the plugin itself
-
-
-def find_slurm_commands(path: str | None = None) -> SlurmCommands:
-    """Find ``srun`` (required) and ``scontrol`` (optional) on ``path`` (default: PATH)."""
-    srun = shutil.which("srun", path=path)
-    if srun is None:
-        raise PreflightError(
-            "srun is not on PATH, but the plugin starts the Dask workers on the allocated "
-            "nodes with it. Make SLURM's commands available (often 'module load slurm'), "
-            "or use --dask-slurm-cluster local to run on this machine only."
-        )
-    return SlurmCommands(srun=srun, scontrol=shutil.which("scontrol", path=path))
-
-
-def _scontrol(
-    scontrol: str, args: Sequence[str], timeout: float
-) -> subprocess.CompletedProcess[str] | None:
-    """Run ``scontrol args``, output captured; None if it could not run or timed out."""
-    try:
-        return subprocess.run(
-            [scontrol, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str] | None:
-    """The node names ``scontrol show hostnames`` prints, or None if it failed.
-
-    None lets the caller fall back to :func:`.slurm_env.expand_hostlist`; scontrol is
-    preferred because it knows every form of node list SLURM writes.
-    """
-    done = _scontrol(scontrol, ["show", "hostnames", nodelist], timeout)
-    if done is None:
-        return None
-    names = done.stdout.split()
-    return names if done.returncode == 0 and names else None
-
-
-def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str, str] | None:
-    """``(JobState, Reason)`` of ``job_id``, ``(GONE, "None")`` if SLURM no longer knows it.
-
-    None when scontrol could not answer (controller not reachable, timed out): the caller
-    cannot tell, and says nothing about the allocation.
-    """
-    done = _scontrol(scontrol, ["show", "job", "-o", job_id], timeout)
-    if done is None:
-        return None
-    if done.returncode != 0:
-        return (GONE, "None") if "Invalid job id" in done.stderr else None
-    return parse_job_state(done.stdout)
-
-
-def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) -> dict[str, int]:
-    """Each node's ``RealMemory`` in MB ({} if scontrol could not say)."""
-    done = _scontrol(scontrol, ["show", "node", "-o", ",".join(nodes)], timeout)
-    if done is None or done.returncode != 0:
-        return {}
-    return parse_node_memory(done.stdout)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -21,16 +20,24 @@ from urllib.parse import urlparse
 
 from ..config import RunConfig
 from ..errors import DaskSlurmError
-from ..slurm.allocation import Allocation, allocation_ended, read_allocation, with_node_memory
+from ..slurm.allocation import Allocation, read_allocation, with_node_memory
+from ..slurm.argv import srun_step_command, sweep_step_command
 from ..slurm.layout import NodeGroup, WorkerLayout, plan_layout
+from ..slurm.run import (
+    SlurmCommandError,
+    find_slurm_commands,
+    scontrol_hostnames,
+    scontrol_job_state,
+    scontrol_node_memory,
+)
+from ..slurm.run import run as slurm_run
+from ..slurm.states import allocation_ended
 from .base import ProcessCluster, dashboard_link, owner_environment
 from .dask_argv import (
     SUPERVISOR_MODULE,
     dask_option_names,
     scheduler_command,
-    srun_step_command,
     supervised_worker_command,
-    sweep_step_command,
 )
 from .local import (
     file_locking_env,
@@ -40,13 +47,7 @@ from .local import (
     worker_options,
 )
 from .network import check_bindable, choose_scheduler_host
-from .preflight import (
-    check_dask_cli,
-    find_slurm_commands,
-    scontrol_hostnames,
-    scontrol_job_state,
-    scontrol_node_memory,
-)
+from .preflight import check_dask_cli
 from .process import ManagedProcess
 
 #: srun job-step name of the worker steps, as ``squeue -s`` shows it.
@@ -208,22 +209,12 @@ class SrunCluster(ProcessCluster):
         node = node_of_worker(worker, self.alloc.nodes)
         if node is None:
             return None
-        argv = sweep_step_command(node, self.python, keys, self.srun)
         try:
-            done = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                timeout=SWEEP_TIMEOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            logger.warning("sweep on %s failed: %s", node, e)
+            said = slurm_run(sweep_step_command(node, self.python, keys, self.srun), SWEEP_TIMEOUT)
+        except SlurmCommandError as e:
+            logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
             return None
-        if done.returncode != 0:
-            logger.warning("sweep on %s failed: %s", node, (done.stderr or done.stdout)[-500:])
-            return None
-        return f"an srun step on {node} ended them ({done.stdout.strip()})"
+        return f"an srun step on {node} ended them ({said.strip()})"
 
     def worker_hint(self) -> str:
         return (

@@ -13,17 +13,12 @@ the job holds there is refused by SLURM; asking for fewer wastes what was reserv
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
 
 from ..errors import DaskSlurmError
+from .hostlist import expand_cpus_per_node, expand_hostlist
 
-# A node name piece outside brackets: what SLURM accepts in NodeName.
-_NAME_PIECE = re.compile(r"[A-Za-z0-9._-]*")
-_CPU_ENTRY = re.compile(r"(\d+)(?:\(x(\d+)\))?")
-_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 _REQUIRED = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST")
 
 
@@ -34,100 +29,6 @@ class SlurmEnvironmentError(DaskSlurmError):
 def in_allocation(env: Mapping[str, str]) -> bool:
     """Whether this process runs inside a SLURM allocation (salloc, sbatch or srun)."""
     return bool(env.get("SLURM_JOB_ID", "").strip())
-
-
-def expand_cpus_per_node(spec: str) -> list[int]:
-    """Expand ``$SLURM_JOB_CPUS_PER_NODE`` into one CPU count per node, in node order.
-
-    SLURM writes runs of equal counts as ``count(xrepeat)``: ``40(x2),96`` is
-    ``[40, 40, 96]``. Raises ValueError naming the bad entry when the text does not parse.
-    """
-    if not spec.strip():
-        raise ValueError("SLURM_JOB_CPUS_PER_NODE is empty: it should list CPUs per node")
-    counts: list[int] = []
-    for entry in spec.strip().split(","):
-        match = _CPU_ENTRY.fullmatch(entry)
-        if match is None:
-            raise ValueError(
-                f"cannot read SLURM_JOB_CPUS_PER_NODE={spec!r}: entry {entry!r} is "
-                "neither a CPU count like '8' nor a run like '40(x2)'"
-            )
-        cpus, repeat = int(match[1]), int(match[2] or 1)
-        if cpus < 1 or repeat < 1:
-            raise ValueError(
-                f"cannot read SLURM_JOB_CPUS_PER_NODE={spec!r}: entry {entry!r} has a "
-                "zero count; every node holds at least one CPU and a run at least one node"
-            )
-        counts.extend([cpus] * repeat)
-    return counts
-
-
-def _split_top_level(spec: str) -> list[str]:
-    """Split a hostlist at the commas that are not inside brackets."""
-    items, depth, start = [], 0, 0
-    for i, char in enumerate(spec):
-        if char == "[":
-            depth += 1
-            if depth > 1:
-                raise ValueError(f"hostlist {spec!r} has nested brackets")
-        elif char == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError(f"hostlist {spec!r} has a ']' without its '['")
-        elif char == "," and depth == 0:
-            items.append(spec[start:i])
-            start = i + 1
-    if depth != 0:
-        raise ValueError(f"hostlist {spec!r} has a '[' without its ']'")
-    items.append(spec[start:])
-    return items
-
-
-def _expand_brackets(body: str, spec: str) -> list[str]:
-    """Expand the inside of one bracket group, ``01-03,7`` -> ``01 02 03 7``."""
-    numbers: list[str] = []
-    for part in body.split(","):
-        match = _RANGE.fullmatch(part)
-        if match is None:
-            raise ValueError(
-                f"hostlist {spec!r}: {part!r} in [{body}] is neither a number nor a "
-                "range like '1-4' or '01-10'"
-            )
-        low, high = match[1], match[2] if match[2] is not None else match[1]
-        if int(high) < int(low):
-            raise ValueError(f"hostlist {spec!r}: range {part!r} runs backwards")
-        # SLURM keeps the lower bound's zero padding: n[01-10] is n01 ... n10.
-        numbers.extend(str(n).zfill(len(low)) for n in range(int(low), int(high) + 1))
-    return numbers
-
-
-def _expand_host_item(item: str, spec: str) -> list[str]:
-    """Expand one comma-free item such as ``rack[1-2]-n[01-02]``."""
-    if not item:
-        raise ValueError(f"hostlist {spec!r} has an empty entry")
-    pieces = re.split(r"\[([^\]]*)\]", item)  # literal, group, literal, group, ..., literal
-    choices: list[list[str]] = []
-    for index, piece in enumerate(pieces):
-        if index % 2:
-            choices.append(_expand_brackets(piece, spec))
-        elif _NAME_PIECE.fullmatch(piece):
-            choices.append([piece])
-        else:
-            raise ValueError(f"hostlist {spec!r}: {piece!r} is not part of a node name")
-    return ["".join(parts) for parts in product(*choices)]
-
-
-def expand_hostlist(spec: str) -> list[str]:
-    """Expand a SLURM hostlist (``n[1-3]``, ``a[01-03,7],b1``, ``r[1-2]-n[1-2]``).
-
-    The fallback for when ``scontrol show hostnames`` cannot be run. Several bracket groups
-    in one name expand with the first group varying slowest, as SLURM does. Raises
-    ValueError on malformed text.
-    """
-    text = spec.strip()
-    if not text:
-        raise ValueError("hostlist is empty: SLURM_JOB_NODELIST should name the nodes")
-    return [host for item in _split_top_level(text) for host in _expand_host_item(item, text)]
 
 
 def _positive_int(value: str | None) -> int | None:
@@ -372,113 +273,3 @@ def read_allocation(
         gpus_source=gpus_source,
         this_node=this_node,
     )
-
-
-#: What a rule's commands keep of SLURM's environment: the allocation's identity, as an
-#: sbatch script sees it. Everything else SLURM sets describes the workers' own srun step.
-JOB_LEVEL_VARIABLES = frozenset(
-    {
-        "SLURM_CLUSTER_NAME",
-        "SLURM_CONF",
-        "SLURM_JOB_ACCOUNT",
-        "SLURM_JOB_CPUS_PER_NODE",
-        "SLURM_JOB_GPUS",
-        "SLURM_JOB_ID",
-        "SLURM_JOB_NAME",
-        "SLURM_JOB_NODELIST",
-        "SLURM_JOB_NUM_NODES",
-        "SLURM_JOB_PARTITION",
-        "SLURM_JOB_QOS",
-        "SLURM_JOB_RESERVATION",
-        "SLURM_JOB_UID",
-        "SLURM_JOB_USER",
-        "SLURM_JOBID",
-        "SLURM_MEM_PER_CPU",
-        "SLURM_MEM_PER_NODE",
-        "SLURM_SUBMIT_DIR",
-        "SLURM_SUBMIT_HOST",
-        "SLURMD_NODENAME",
-    }
-)
-
-
-def job_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` of a process inside the workers' srun step, as a rule's command should see it.
-
-    A rule that runs ``srun`` itself (e.g. an MPI rule) must get the allocation, not the
-    workers' step: the step's SLURM_NODELIST, SLURM_NTASKS or SLURM_CPUS_PER_TASK would
-    otherwise shrink or reshape the rule's own step. Like snakemake-executor-plugin-
-    slurm-jobstep, keep only the job-level variables and restore the node list and node
-    count the job itself has.
-    """
-    kept = {
-        k: v
-        for k, v in env.items()
-        if not k.startswith(("SLURM_", "SRUN_", "SBATCH_", "SALLOC_")) or k in JOB_LEVEL_VARIABLES
-    }
-    if "SLURM_JOB_NODELIST" in kept:
-        kept["SLURM_NODELIST"] = kept["SLURM_JOB_NODELIST"]
-    if "SLURM_JOB_NUM_NODES" in kept:
-        kept["SLURM_NNODES"] = kept["SLURM_JOB_NUM_NODES"]
-    return kept
-
-
-#: The state :func:`allocation_ended` is given for a job SLURM no longer knows (purged).
-GONE = "GONE"
-#: What a job state other than RUNNING means for the workers, in a user's words.
-_ENDED_STATES = {
-    "CANCELLED": "it was cancelled (scancel, or by an administrator)",
-    "TIMEOUT": "it reached its time limit; ask for more time (--time) and run again: "
-    "Snakemake redoes only what is missing",
-    "NODE_FAIL": "one of its nodes failed; run again (Snakemake redoes only what is missing)",
-    "PREEMPTED": "a job of higher priority preempted it",
-    "DEADLINE": "it reached its deadline",
-    "OUT_OF_MEMORY": "it ran out of memory",
-    "BOOT_FAIL": "a node failed to boot",
-    "FAILED": "SLURM ended it as failed",
-    "COMPLETED": "it ended",
-    "SUSPENDED": "it was suspended",
-    GONE: "SLURM no longer lists it, so it ended a while ago",
-}
-
-
-#: While a job is COMPLETING (its nodes still cleaning up, which can last KillWait and
-#: the epilog), SLURM shows that instead of why it ended; the reason still tells.
-_COMPLETING_REASONS = {
-    "TimeLimit": "TIMEOUT",
-    "NodeDown": "NODE_FAIL",
-    "OutOfMemory": "OUT_OF_MEMORY",
-    "DeadLine": "DEADLINE",
-}
-
-
-def parse_job_state(text: str) -> tuple[str, str] | None:
-    """``JobState`` and ``Reason`` from what ``scontrol show job -o`` printed, or None."""
-    fields = dict(re.findall(r"(?:^|\s)(JobState|Reason)=(\S*)", text))
-    state = fields.get("JobState")
-    return (state, fields.get("Reason", "None")) if state else None
-
-
-def allocation_ended(job_id: str, state: tuple[str, str]) -> str | None:
-    """A sentence saying the allocation is no longer running and why; None while it runs.
-
-    ``state`` is :func:`parse_job_state`'s answer, or ``(GONE, "None")`` for a job SLURM
-    no longer knows.
-    """
-    name, reason = state
-    if name == "RUNNING":
-        return None
-    meaning = _COMPLETING_REASONS.get(reason) if name == "COMPLETING" else name
-    if meaning is None:
-        # COMPLETING without a telling reason. Inside the allocation the plugin still
-        # runs, so its end was not the batch script's or salloc's command ending: a
-        # cancel is what leaves no reason.
-        why = (
-            "most likely it was cancelled (scancel, or by an administrator), as SLURM "
-            f"gives no other reason; 'scontrol show job {job_id}' says more once its "
-            "nodes are cleaned up"
-        )
-    else:
-        why = _ENDED_STATES.get(meaning, "SLURM ended it")
-    detail = f", reason {reason}" if reason not in ("None", "") else ""
-    return f"SLURM allocation {job_id} has ended (state {name}{detail}): {why}"

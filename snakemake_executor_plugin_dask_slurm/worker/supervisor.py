@@ -40,8 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..slurm.allocation import job_environment
 from . import proctree
+from .environment import job_environment
 
 WORKER_MODULE = "distributed.cli.dask_worker"
 #: Seconds the worker gets to close after SIGTERM before it is killed.

@@ -15,11 +15,10 @@ from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     dask_option_names,
     format_resources,
     scheduler_command,
-    srun_step_command,
     supervised_worker_command,
-    sweep_step_command,
     worker_args,
 )
+from snakemake_executor_plugin_dask_slurm.slurm.argv import srun_step_command, sweep_step_command
 from snakemake_executor_plugin_dask_slurm.slurm.layout import NodeGroup
 from snakemake_executor_plugin_dask_slurm.worker.supervisor import parse_args, worker_name
 

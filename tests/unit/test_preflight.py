@@ -17,10 +17,10 @@ from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     scheduler_command,
     supervised_worker_command,
 )
-from snakemake_executor_plugin_dask_slurm.clusters.preflight import (
-    PreflightError,
+from snakemake_executor_plugin_dask_slurm.clusters.preflight import PreflightError, check_dask_cli
+from snakemake_executor_plugin_dask_slurm.slurm.run import (
+    SlurmCommandError,
     SlurmCommands,
-    check_dask_cli,
     find_slurm_commands,
     scontrol_hostnames,
     scontrol_job_state,
@@ -170,10 +170,10 @@ def test_find_slurm_commands(tmp_path: Path, tools: list[str], expected_scontrol
 
 def test_find_slurm_commands_without_srun(tmp_path: Path) -> None:
     script(tmp_path, "scontrol", "exit 0")
-    with pytest.raises(PreflightError) as caught:
+    with pytest.raises(SlurmCommandError) as caught:
         find_slurm_commands(str(tmp_path))
     message = str(caught.value)
-    assert "srun is not on PATH" in message
+    assert "'srun' is not on PATH" in message
     assert "module load slurm" in message
     assert "--dask-slurm-cluster local" in message
 
@@ -240,3 +240,19 @@ def test_in_process_options_match_the_real_help(module: str) -> None:
     assert declared <= shown
     # --help wraps long lines, so it also shows fragments like "--worker-".
     assert all(any(d.startswith(s) for d in declared) for s in shown - declared)
+
+
+def test_run_names_the_command_its_exit_code_what_it_said_and_a_hint(tmp_path: Path) -> None:
+    from snakemake_executor_plugin_dask_slurm.slurm.run import run
+
+    sbatch = script(tmp_path, "sbatch", "echo 'sbatch: error: invalid partition' >&2; exit 1")
+    with pytest.raises(SlurmCommandError) as caught:
+        run([str(sbatch), "--partition", "nope"], timeout=5, hint="Check the partition.")
+    assert str(caught.value) == (
+        f"'{sbatch} --partition nope' failed with exit code 1. It said:\n"
+        "  sbatch: error: invalid partition\nCheck the partition."
+    )
+    slow = script(tmp_path, "squeue", "sleep 5")
+    with pytest.raises(SlurmCommandError, match=r"did not answer within 0\.2 s"):
+        run([str(slow)], timeout=0.2)
+    assert run([str(script(tmp_path, "ok", "echo fine"))], timeout=5) == "fine\n"

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
-from snakemake_executor_plugin_dask_slurm.dispatch.messages import (
+from snakemake_executor_plugin_dask_slurm.report.messages import (
     failure_message,
     job_label,
     lost_job_message,
@@ -90,7 +90,7 @@ def test_lost_job_messages_tell_running_from_waiting() -> None:
 def test_speed_hint(
     scheduler: str, jobs: int | None, rate: float, cpus: int, names: str | None
 ) -> None:
-    from snakemake_executor_plugin_dask_slurm.dispatch.messages import speed_hint
+    from snakemake_executor_plugin_dask_slurm.report.hints import speed_hint
 
     hint = speed_hint(scheduler, jobs, rate, cpus)
     if names is None:
@@ -100,7 +100,7 @@ def test_speed_hint(
 
 
 def test_speed_hint_wants_a_subsample_for_unlimited_jobs() -> None:
-    from snakemake_executor_plugin_dask_slurm.dispatch.messages import speed_hint
+    from snakemake_executor_plugin_dask_slurm.report.hints import speed_hint
 
     hint = speed_hint("greedy", None, 100000.0, 16, subsample=None)
     assert hint is not None and "greedy job scheduler over every ready job (quadratic)" in hint

@@ -5,16 +5,20 @@ from __future__ import annotations
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.slurm.allocation import (
-    GONE,
     Allocation,
     SlurmEnvironmentError,
-    allocation_ended,
     cpus_for_this_node,
+    in_allocation,
+    read_allocation,
+)
+from snakemake_executor_plugin_dask_slurm.slurm.hostlist import (
     expand_cpus_per_node,
     expand_hostlist,
-    in_allocation,
+)
+from snakemake_executor_plugin_dask_slurm.slurm.states import (
+    GONE,
+    allocation_ended,
     parse_job_state,
-    read_allocation,
 )
 
 # What an `salloc -N3 --exclusive` shell on the login host sees on the test cluster.
@@ -375,7 +379,7 @@ def test_read_allocation_errors(env: dict[str, str], fragments: list[str]) -> No
 
 
 def test_job_environment_keeps_the_allocation_and_drops_the_step() -> None:
-    from snakemake_executor_plugin_dask_slurm.slurm.allocation import job_environment
+    from snakemake_executor_plugin_dask_slurm.worker.environment import job_environment
 
     step = {
         "PATH": "/bin",

@@ -1,0 +1,136 @@
+"""A scheduler somebody else runs: the plugin connects, checks it can be used safely, and
+never stops it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DaskSlurmError
+from .base import (
+    ClusterSource,
+    SchedulerUnreachable,
+    close_client,
+    connect,
+    worker_count,
+)
+from .process import read_scheduler_file
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def _allowed_failures(dask_scheduler: Any) -> int:
+    return int(dask_scheduler.allowed_failures)
+
+
+class AttachCluster(ClusterSource):
+    """A scheduler somebody else runs. The plugin never stops it."""
+
+    def __init__(self, address: str | None, scheduler_file: Path | None, timeout: float):
+        self.address = address
+        self.scheduler_file = scheduler_file
+        self.timeout = timeout
+        self.client: Client | None = None
+        where = address or f"the scheduler file {scheduler_file}"
+        self.description = f"attaching to the Dask scheduler at {where}"
+
+    def _address(self) -> str:
+        """The address given, or the one in the scheduler file: waited for while the file
+        does not exist yet (a scheduler still starting), at most the start-up timeout."""
+        if self.address:
+            return self.address
+
+        assert self.scheduler_file is not None
+        deadline = time.monotonic() + self.timeout
+        while not (address := read_scheduler_file(self.scheduler_file)):
+            if time.monotonic() > deadline:
+                raise DaskSlurmError(
+                    f"The scheduler file {self.scheduler_file} does not exist or holds no "
+                    f"address after {self.timeout:.0f} s. Start the scheduler first (e.g. "
+                    f"'dask scheduler --scheduler-file {self.scheduler_file}') or fix the path."
+                )
+            time.sleep(0.1)
+        return address
+
+    def start(self) -> Client:
+        address = self._address()
+        try:
+            self.client = connect(address, self.timeout)
+        except SchedulerUnreachable as e:
+            if self.scheduler_file is None:
+                raise DaskSlurmError(
+                    f"{e} Check that the scheduler runs and that the address is right."
+                ) from None
+            raise DaskSlurmError(
+                f"{e} That address comes from the scheduler file {self.scheduler_file}, "
+                "whose scheduler has probably stopped: the file is stale. Start the "
+                "scheduler again (it rewrites the file), or remove the file."
+            ) from None
+        try:
+            self._check_no_reruns()
+            self._wait_for_a_worker()
+            self._check_cpus_advertised()
+        except BaseException:
+            self.close()
+            raise
+        return self.client
+
+    def _check_no_reruns(self) -> None:
+        """A scheduler that re-runs the task of a worker that died could run a job twice
+        at once (its first copy may still write the outputs): refuse it."""
+        assert self.client is not None
+        allowed = self.client.run_on_scheduler(_allowed_failures)
+        if allowed:
+            raise DaskSlurmError(
+                f"The Dask scheduler at {self.address or self.scheduler_file} runs a task "
+                f"again when its worker dies (distributed.scheduler.allowed-failures = "
+                f"{allowed}), so a job could run twice at once, both copies writing its "
+                "outputs. Start that scheduler with allowed-failures 0, e.g. "
+                "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 dask scheduler ..."
+            )
+
+    def _wait_for_a_worker(self) -> None:
+        assert self.client is not None
+        deadline = time.monotonic() + self.timeout
+        while worker_count(self.client) == 0:
+            if time.monotonic() > deadline:
+                raise DaskSlurmError(
+                    f"The Dask scheduler at {self.address or self.scheduler_file} has no "
+                    f"workers after {self.timeout:.0f} s. Start some, e.g. 'dask worker "
+                    "<address> --nthreads N --resources cpus=N', then run again."
+                )
+            time.sleep(0.1)
+
+    def _check_cpus_advertised(self) -> None:
+        """Jobs ask for a ``cpus`` resource: workers without it could never run one."""
+        assert self.client is not None
+        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+        bare = [w.get("name", "?") for w in workers if "cpus" not in w.get("resources", {})]
+        if bare:
+            raise DaskSlurmError(
+                f"Dask workers {', '.join(map(str, bare))} do not advertise a 'cpus' "
+                "resource. Every job asks for one (its threads), so they could never run a "
+                "job. Start workers with '--resources cpus=N' (N = their --nthreads)."
+            )
+
+    def close(self) -> None:
+        if self.client is not None:
+            close_client(self.client, self.scheduler_lost())
+            self.client = None
+
+    def scheduler_lost(self) -> bool:
+        return self.client is not None and self.client.status not in ("running", "newly-created")
+
+    def problem(self) -> str | None:
+        if self.scheduler_lost():
+            assert self.client is not None
+            return f"the connection to the scheduler was lost (client {self.client.status})"
+        return None
+
+    def summary(self) -> list[str]:
+        if self.client is None:
+            return []
+        info = self.client.scheduler_info(n_workers=-1)
+        return [f"attached to {info['address']} with {len(info['workers'])} workers"]

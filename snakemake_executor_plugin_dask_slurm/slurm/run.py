@@ -1,0 +1,122 @@
+"""The one place the plugin runs SLURM's commands (``scontrol``, ``srun`` for a one-off
+step; later ``sbatch``, ``scancel``, ``squeue``), as argument lists, never a shell.
+
+Two ways in, after dask-jobqueue's ``Job._call``: :func:`run` for commands whose failure
+the caller must act on (a :class:`SlurmCommandError` names the command, its exit code,
+what it said and what to try), and :func:`ask` for best-effort queries whose caller can do
+without an answer (``None`` when SLURM could not say, e.g. a controller that is down).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import DaskSlurmError
+from .allocation import parse_node_memory
+from .states import GONE, parse_job_state
+
+logger = logging.getLogger(__name__)
+
+
+class SlurmCommandError(DaskSlurmError):
+    """A SLURM command failed: which, how, what it said, and what to try."""
+
+    def __init__(self, argv: Sequence[str], problem: str, said: str, hint: str):
+        self.argv, self.problem, self.said = list(argv), problem, said
+        text = f"'{shlex.join(argv)}' {problem}"
+        if said.strip():
+            text += ". It said:\n  " + "\n  ".join(said.strip().splitlines()[-5:])
+        super().__init__(f"{text}\n{hint}" if hint else text)
+
+
+def run(argv: Sequence[str], timeout: float, hint: str = "") -> str:
+    """Run a SLURM command; its standard output, or SlurmCommandError."""
+    logger.debug("running %s", shlex.join(argv))
+    try:
+        done = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except OSError as e:
+        raise SlurmCommandError(argv, f"could not be run ({e.strerror or e})", "", hint) from e
+    except subprocess.TimeoutExpired as e:
+        said = e.stderr if isinstance(e.stderr, str) else ""
+        raise SlurmCommandError(argv, f"did not answer within {timeout:g} s", said, hint) from e
+    if done.returncode != 0:
+        said = done.stderr or done.stdout
+        raise SlurmCommandError(argv, f"failed with exit code {done.returncode}", said, hint)
+    return done.stdout
+
+
+def ask(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """A best-effort query: its completed process (any exit code), or None if it could not
+    run or did not answer in time."""
+    logger.debug("asking %s", shlex.join(argv))
+    try:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+@dataclass(frozen=True)
+class SlurmCommands:
+    """Paths of the SLURM commands the plugin runs; scontrol is optional."""
+
+    srun: str
+    scontrol: str | None  # None: the node list is expanded by the plugin itself
+
+
+def find_slurm_commands(path: str | None = None) -> SlurmCommands:
+    """Find ``srun`` (required) and ``scontrol`` (optional) on ``path`` (default: PATH)."""
+    srun = shutil.which("srun", path=path)
+    if srun is None:
+        raise SlurmCommandError(
+            ["srun"],
+            "is not on PATH",
+            "",
+            "The plugin starts the Dask workers on the allocated nodes with srun. Make "
+            "SLURM's commands available (often 'module load slurm'), or use "
+            "--dask-slurm-cluster local to run on this machine only.",
+        )
+    return SlurmCommands(srun=srun, scontrol=shutil.which("scontrol", path=path))
+
+
+def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str] | None:
+    """The node names ``scontrol show hostnames`` prints, or None if it failed.
+
+    None lets the caller fall back to :func:`.hostlist.expand_hostlist`; scontrol is
+    preferred because it knows every form of node list SLURM writes.
+    """
+    done = ask([scontrol, "show", "hostnames", nodelist], timeout)
+    if done is None:
+        return None
+    names = done.stdout.split()
+    return names if done.returncode == 0 and names else None
+
+
+def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str, str] | None:
+    """``(JobState, Reason)`` of ``job_id``, ``(GONE, "None")`` if SLURM no longer knows it.
+
+    None when scontrol could not answer (controller not reachable, timed out): the caller
+    cannot tell, and says nothing about the allocation.
+    """
+    done = ask([scontrol, "show", "job", "-o", job_id], timeout)
+    if done is None:
+        return None
+    if done.returncode != 0:
+        return (GONE, "None") if "Invalid job id" in done.stderr else None
+    return parse_job_state(done.stdout)
+
+
+def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) -> dict[str, int]:
+    """Each node's ``RealMemory`` in MB ({} if scontrol could not say)."""
+    done = ask([scontrol, "show", "node", "-o", ",".join(nodes)], timeout)
+    if done is None or done.returncode != 0:
+        return {}
+    return parse_node_memory(done.stdout)
