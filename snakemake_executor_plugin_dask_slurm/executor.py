@@ -1,11 +1,14 @@
-"""The Snakemake executor: settings in, calls into the layers below.
+"""The Snakemake executor: Snakemake's hooks in, calls into the subpackages out.
 
 Threading (see docs/architecture.md): ``run_jobs`` runs on Snakemake's scheduling thread
 and must not block; ``check_active_jobs`` and ``sleep`` run on the base class's status
 thread, which starts *before* ``__post_init__`` — so everything they touch is set in
-``__init__`` before the base class starts that thread. Stopping every job at once (SIGTERM,
-a broken cluster) happens on a thread of its own, under ``_stop_lock`` so that no job can
-be submitted after the stop took its snapshot of the running jobs.
+``__init__`` before the base class starts that thread. Dask's event thread reports
+finished tasks and dead workers (:class:`.dispatch.dispatcher.Dispatcher`); a recovery
+thread waits for dead workers' jobs to be gone (:class:`.dispatch.recovery.Recovery`);
+stopping every job (SIGTERM, a broken cluster) happens on a thread of its own. Which
+jobs are registered, and whether the run stops, is the :class:`.dispatch.registry.JobRegistry`'s
+to say, under its lock.
 """
 
 from __future__ import annotations
@@ -28,35 +31,18 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .clusters.base import ClusterSource
-from .clusters.choose import check_run_dir, make_source
+from .clusters.choose import check_run_dir, local_worker_cpus, make_source
 from .config import RunConfig, resolve
-from .dispatch.admission import (
-    GPU_RESOURCE_NAMES,
-    Capacity,
-    admit,
-    job_request,
-    unsatisfiable_message,
-)
-from .dispatch.dispatcher import Dispatcher, SubmitFailed
+from .dispatch.admission import Capacity
+from .dispatch.dispatcher import Dispatcher
+from .dispatch.health import no_worker_problem
+from .dispatch.intake import Intake
 from .dispatch.job_commands import JobCommandBuilder, requote_job_args
-from .dispatch.recovery import Gone, Recovery
-from .dispatch.scheduling import (
-    RATE_FLAGS,
-    SCHEDULER_FLAGS,
-    SUBSAMPLE_FLAGS,
-    Given,
-    Plan,
-    flag_given,
-    plan,
-)
+from .dispatch.recovery import Gone, Recovery, decide
+from .dispatch.registry import JobRegistry, Refusal, counts_by_rule
+from .dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
 from .report.hints import speed_hint
-from .report.messages import (
-    LOST_TWICE,
-    failure_message,
-    job_label,
-    lost_job_message,
-    unconfirmed_verdict,
-)
+from .report.messages import failure_message, job_label
 from .worker.tasks import Finished, LostWorker, TaskSpec
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -68,41 +54,30 @@ HEALTH_CHECK_INTERVAL = 0.5
 #: so that the first tasks of a large round start at once.
 CHUNK_JOBS = 64
 CHUNK_SECONDS = 0.02
-#: A job whose worker died while it ran this often is not run again.
-MAX_LOSSES = 2
-#: Seconds to wait, when no worker is left, for the supervisors' word on how they died.
-DEATH_RECORD_WAIT = 2.0
 
 
 class Executor(RemoteExecutor):
     def __init__(self, workflow: Any, logger: Any) -> None:
         # Set before the base class starts the status thread, which may use them at once.
         self._dispatcher: Dispatcher | None = None
-        self._jobs: dict[str, SubmittedJobInfo] = {}
+        self._registry = JobRegistry()
         self._wake_loop: asyncio.AbstractEventLoop | None = None
         self._wake_event: asyncio.Event | None = None
         self._source: ClusterSource | None = None
         self._closed = False
         self._sigterm: threading.Event | None = None
-        self._stop_lock = threading.Lock()
-        self._stop_reason: str | None = None
-        #: Set when the cluster broke: every job still registered then fails, once its
-        #: processes are gone (see _fail_run).
-        self._fatal: str | None = None
-        self._quiet: set[str] = set()  # jobs whose failure _fail_run already explained
         self._recovery: Recovery | None = None
         self._no_workers_since: float | None = None
-        self._capped_rules: set[str] = set()
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._next_health_check = 0.0
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
-        settings = self.workflow.executor_settings
         workdir = Path(self.workflow.workdir_init)
-        self.config: RunConfig = resolve(settings, os.environ, workdir)
+        self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
         log_dir = self.config.run_dir / "logs"
+        self._registry.logs = str(log_dir)
         self._builder = JobCommandBuilder(
             workflow=self.workflow,
             workdir=str(workdir),
@@ -116,99 +91,26 @@ class Executor(RemoteExecutor):
         for warning in self.config.warnings:
             self.logger.warning(f"dask-slurm: {warning}")
         check_run_dir(self.config.run_dir)
-        # Built (settings, allocation, preflight) now; started at the first run_jobs, so a
-        # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
         cores = self.workflow.resource_settings.cores
-        self._given_cores = (
-            cores if isinstance(cores, int) and not isinstance(cores, bool) else None
-        )
+        given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
+        # Planned (settings, allocation, preflight) now; started at the first job, so a
+        # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
         self._pending_source: ClusterSource | None = make_source(
-            self.config, log_dir, self.logger, self._given_cores
+            self.config, log_dir, self.logger, given_cores
         )
         self._local_cores: int | None = None
-        if self.config.cluster == "local":
-            self._cap_like_local_executor()
-
-    def _cap_like_local_executor(self) -> None:
-        """Local mode: scale threads down to what one local worker has, as Snakemake's
-        local executor does with --cores (rules.py expand_resources constrains _cores by
-        workflow.global_resources["_cores"]; only when the user gave no --cores). Runs
-        before the first job selection, which re-evaluates every job's resources."""
-        from .clusters.choose import local_cpus
-        from .clusters.local import local_layout
-
-        cpus, _ = local_cpus(self.config, self._given_cores)
-        per_worker = local_layout(cpus, self.config.workers)[1]
-        if self._given_cores is None:
-            self.workflow.global_resources["_cores"] = per_worker
-            self._local_cores = per_worker
+        if self.config.cluster == "local" and given_cores is None:
+            self._local_cores = local_worker_cpus(self.config)
+            cap_threads_like_cores(self.workflow, self._local_cores)
             self.logger.info(
-                f"dask-slurm: local mode: rules claiming more than {per_worker} threads "
-                "will be scaled down (as with --cores)"
+                f"dask-slurm: local mode: rules claiming more than {self._local_cores} "
+                "threads will be scaled down (as with --cores)"
             )
 
     @property
     def cores(self) -> Any:
         # What a general-way job's own Snakemake gets as --cores (real.py:101).
         return self._local_cores if self._local_cores else super().cores
-
-    def _ensure_cluster(self) -> None:
-        """Start the Dask cluster if this is the first scheduling round (main thread)."""
-        source = self._pending_source
-        if self._dispatcher is not None or source is None:
-            return
-        self._pending_source = None
-        self.logger.info(f"dask-slurm: starting {source.description}")
-        client = source.start()  # stops what it started if it fails
-        try:
-            offers = [
-                w.get("resources", {})
-                for w in client.scheduler_info(n_workers=-1)["workers"].values()
-            ]
-            self._capacity = Capacity.from_workers(offers)
-            self._total_cpus = int(sum(offer.get("cpus", 0) for offer in offers))
-            self._advertised = self._capacity.advertised
-            for line in source.summary():
-                self.logger.info(f"dask-slurm: {line}")
-            self._hint_speed()
-        except BaseException:
-            source.close()
-            raise
-        self._source = source
-        self._recovery = Recovery(
-            source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
-        )
-        self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
-
-    def _tune_scheduling(self) -> None:
-        """Once, at the first scheduling round: lift the Snakemake scheduling defaults the
-        user did not choose (:mod:`.scheduling`), in Snakemake's job scheduler itself."""
-        settings = self.workflow.scheduling_settings
-        rate = settings.max_jobs_per_timespan
-        given = Given(
-            rate=(rate.max_jobs, float(rate.timespan)) if rate else None,
-            scheduler=settings.scheduler,
-            subsample=settings.subsample,
-            rate_chosen=flag_given(sys.argv, RATE_FLAGS) or bool(settings.max_jobs_per_second),
-            scheduler_chosen=flag_given(sys.argv, SCHEDULER_FLAGS),
-            subsample_chosen=flag_given(sys.argv, SUBSAMPLE_FLAGS),
-        )
-        change = plan(given)
-        scheduler = getattr(self.workflow, "scheduler", None)
-        if change and scheduler is not None:
-            apply_to_job_scheduler(scheduler, change)
-            self.logger.info(f"dask-slurm: {change.describe(given)}")
-        self._scheduling = change.effective(given) if scheduler is not None else given
-
-    def _hint_speed(self) -> None:
-        """A hint only where a setting the user chose still caps throughput."""
-        now = self._scheduling
-        per_second = now.rate[0] / now.rate[1] if now.rate and now.rate[1] else None
-        nodes = self.workflow.resource_settings.nodes
-        jobs = nodes if isinstance(nodes, int) and nodes < sys.maxsize else None
-        hint = speed_hint(now.scheduler, jobs, per_second, self._total_cpus, now.subsample)
-        if hint:
-            self.logger.info(f"dask-slurm: hint: {hint}")
 
     def get_job_args(self, job: JobExecutorInterface, **kwargs: Any) -> str:
         """Snakemake's job arguments, with --target-jobs, --wait-for-files and
@@ -223,6 +125,57 @@ class Executor(RemoteExecutor):
         # timer; the outer Snakemake already rate-limits submissions.
         return "--max-jobs-per-timespan 100000/0s"
 
+    # -- the first round: scheduling settings, the cluster -------------------------
+
+    def _first_round(self) -> None:
+        """Once, on Snakemake's scheduling thread, when the first jobs are handed over."""
+        self._install_sigterm_handler()
+        self._scheduling, line = tune_job_scheduler(self.workflow, sys.argv)
+        if line:
+            self.logger.info(f"dask-slurm: {line}")
+        self._start_cluster()
+
+    def _start_cluster(self) -> None:
+        source, self._pending_source = self._pending_source, None
+        if source is None:
+            return
+        self.logger.info(f"dask-slurm: starting {source.description}")
+        client = source.start()  # stops what it started if it fails
+        try:
+            offers = [
+                w.get("resources", {})
+                for w in client.scheduler_info(n_workers=-1)["workers"].values()
+            ]
+            capacity = Capacity.from_workers(offers)
+            for line in source.summary():
+                self.logger.info(f"dask-slurm: {line}")
+            self._hint_speed(int(sum(offer.get("cpus", 0) for offer in offers)))
+        except BaseException:
+            source.close()
+            raise
+        self._source = source
+        self._intake = Intake(
+            self._builder,
+            capacity,
+            cap=self.config.cluster == "local",
+            key_of=self.job_key,
+            note=lambda line: self.logger.info(f"dask-slurm: {line}"),
+        )
+        self._recovery = Recovery(
+            source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
+        )
+        self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
+
+    def _hint_speed(self, cpus: int) -> None:
+        """A hint only where a setting the user chose still caps throughput."""
+        now = self._scheduling
+        per_second = now.rate[0] / now.rate[1] if now.rate and now.rate[1] else None
+        nodes = self.workflow.resource_settings.nodes
+        jobs = nodes if isinstance(nodes, int) and nodes < sys.maxsize else None
+        hint = speed_hint(now.scheduler, jobs, per_second, cpus, now.subsample)
+        if hint:
+            self.logger.info(f"dask-slurm: hint: {hint}")
+
     # -- submission (Snakemake's scheduling thread) ---------------------------------
 
     def job_key(self, job: JobExecutorInterface) -> str:
@@ -233,9 +186,7 @@ class Executor(RemoteExecutor):
         """A scheduling round: each job is announced (``run_job_pre``) as Snakemake's
         default does, and submitted with the other jobs of its chunk."""
         if self._sigterm is None:
-            self._install_sigterm_handler()
-            self._tune_scheduling()
-        self._ensure_cluster()
+            self._first_round()
         chunk: list[JobExecutorInterface] = []
         flush_at = 0.0
         for job in jobs:
@@ -251,110 +202,31 @@ class Executor(RemoteExecutor):
 
     def run_job(self, job: JobExecutorInterface) -> None:
         if self._sigterm is None:
-            self._install_sigterm_handler()
-            self._tune_scheduling()
-        self._ensure_cluster()
+            self._first_round()
         self._submit_chunk([job])
 
     def _submit_chunk(self, jobs: list[JobExecutorInterface]) -> None:
-        """Build, register and submit ``jobs``; refuse, one by one, those that cannot run."""
-        refused: list[tuple[SubmittedJobInfo, str]] = []
-        accepted: list[tuple[SubmittedJobInfo, dict[str, float]]] = []
-        for job in jobs:
-            job_info = SubmittedJobInfo(job, external_jobid=self.job_key(job))
-            asked = job_request(job.threads, job.resources, self._advertised)
-            admitted = admit(asked, self._capacity, cap=self.config.cluster == "local")
-            if admitted is not None:
-                request, capped = admitted
-                if capped:
-                    self._note_capped(job, asked, capped)
-                accepted.append((job_info, request))
-            else:
-                msg = unsatisfiable_message(job_label(job), asked, self._capacity)
-                refused.append((job_info, msg))
-        built = self._builder.build_many([(info.job, info.external_jobid) for info, _ in accepted])
-        tasks: list[tuple[TaskSpec, dict[str, float]]] = []
-        with self._stop_lock:
-            for (job_info, request), item in zip(accepted, built, strict=True):
-                if isinstance(item, Exception):
-                    msg = f"{job_label(job_info.job)} could not be prepared: {item}\n"
-                    refused.append((job_info, msg))
-                    continue
-                spec, way = item
-                # spec and request: to run it again if its worker dies under it
-                job_info.aux = {"way": way, "log": spec.log_path, "spec": spec, "request": request}
-                if self._stop_reason:
-                    msg = f"{job_label(job_info.job)} was not started: {self._stop_reason}\n"
-                    refused.append((job_info, msg))
-                    continue
-                self._jobs[spec.key] = job_info
-                self.report_job_submission(job_info)
-                tasks.append((spec, request))
-            lost = self._hand_over(tasks)
-        for job_info, msg in refused:
-            self._refuse(job_info, msg)
-        for job_info, msg in lost:
-            self.report_job_error(job_info, msg=msg)
-
-    def _note_capped(self, job: JobExecutorInterface, asked: dict[str, float], capped: Any) -> None:
-        """Once per rule: which of its requests local mode capped, and why."""
-        if job.name in self._capped_rules:
-            return
-        self._capped_rules.add(job.name)
-        parts = []
-        for resource in capped:
-            if resource in self._advertised:
-                has = self._capacity.largest().get(resource, 0)
-                parts.append(
-                    f"{resource}={asked[resource]:g} is more than a local worker has ({has:g}), "
-                    "so it gets a whole worker"
-                )
-            else:
-                name = next(
-                    (n for n in GPU_RESOURCE_NAMES if job.resources.get(n) == asked[resource]),
-                    resource,
-                )
-                parts.append(
-                    f"{name}={asked[resource]:g} is counted by Snakemake only (limit it with "
-                    f"--resources {name}=N): the local workers have no GPUs"
-                )
-        self.logger.info(
-            f"dask-slurm: rule {job.name}: {'; '.join(parts)}, as Snakemake's local executor "
-            "would run it"
-        )
-
-    def _hand_over(
-        self, tasks: list[tuple[TaskSpec, dict[str, float]]]
-    ) -> list[tuple[SubmittedJobInfo, str]]:
-        """Submit registered jobs to Dask (under ``_stop_lock``); if Dask refuses them (the
-        client lost its scheduler), unregister them and return them with the reason."""
-        if not tasks:
-            return []
+        """Admit, build, register and submit ``jobs``; refuse, one by one, those that
+        cannot run."""
         assert self._dispatcher is not None
-        try:
-            self._dispatcher.submit_many(tasks)
-            return []
-        except SubmitFailed as e:
-            keys, error = e.keys, str(e)
-        reason = (
-            f"could not be handed to the Dask scheduler ({error}); the scheduler has "
-            f"probably stopped: see its log in {self.config.run_dir / 'logs'}"
+        entries, refused = self._intake.take(jobs)
+        stopping, lost = self._registry.hand_over(
+            entries, self.report_job_submission, self._dispatcher.submit_many
         )
-        lost = []
-        for key in keys:
-            job_info = self._jobs.pop(key, None)
-            if job_info is not None:
-                lost.append((job_info, f"{job_label(job_info.job)} {reason}\n"))
-        return lost
+        for job_info, msg in refused + stopping:
+            self.report_job_submission(job_info, register_job=False)
+            self.report_job_error(job_info, msg=msg)
+        self._report_lost(lost)
 
-    def _refuse(self, job_info: SubmittedJobInfo, msg: str) -> None:
-        self.report_job_submission(job_info, register_job=False)
-        self.report_job_error(job_info, msg=msg)
+    def _report_lost(self, refusals: list[Refusal]) -> None:
+        """Jobs announced to Snakemake that never reached Dask."""
+        for job_info, msg in refusals:
+            self.report_job_error(job_info, msg=msg)
 
     def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
         # The base class appends "see the cluster/cloud log" to every message; ours
         # already name the job's own log.
-        if job_info.external_jobid in self._quiet:
+        if self._registry.is_quiet(job_info.external_jobid):
             return  # _fail_run said why, once for all of them
         if job_info.external_jobid is not None:
             kwargs["external_jobid"] = job_info.external_jobid
@@ -384,22 +256,15 @@ class Executor(RemoteExecutor):
         def watch() -> None:
             event.wait()
             self.logger.warning("dask-slurm: SIGTERM received: stopping running jobs")
-            keys = self._begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
+            keys = self._registry.begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
             if callable(previous):  # Snakemake: schedule nothing more
                 previous(signal.SIGTERM, None)
-            self._finish_stop(keys)
+            self._stop_jobs(keys)
 
         threading.Thread(target=watch, name="dask-slurm-sigterm", daemon=True).start()
         signal.signal(signal.SIGTERM, lambda signum, frame: event.set())
 
-    def _begin_stop(self, reason: str) -> list[str]:
-        """Refuse new jobs from now on; the keys of every job submitted until now."""
-        with self._stop_lock:
-            if self._stop_reason is None:
-                self._stop_reason = reason
-            return list(self._jobs)
-
-    def _finish_stop(self, keys: list[str]) -> None:
+    def _stop_jobs(self, keys: list[str]) -> None:
         """Kill those jobs; each is then reported failed (blocks a few seconds)."""
         if self._dispatcher is None or self._source is None:
             return
@@ -407,9 +272,6 @@ class Executor(RemoteExecutor):
             self._source.stop_workers()  # their supervisors end the jobs
         else:
             self._dispatcher.stop(keys)
-
-    def _stop_all(self, reason: str) -> None:
-        self._finish_stop(self._begin_stop(reason))
 
     # -- completion (the status thread) ----------------------------------------------
 
@@ -433,7 +295,7 @@ class Executor(RemoteExecutor):
     async def check_active_jobs(
         self, active_jobs: list[SubmittedJobInfo]
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
-        # The base class's list is not used: completions come from Dask's callbacks, so
+        # The base class's list is not used: completions come from Dask's events, so
         # each round costs O(finished jobs), not O(running jobs). Nothing is yielded.
         dispatcher = self._dispatcher
         if dispatcher is not None:
@@ -447,49 +309,39 @@ class Executor(RemoteExecutor):
         """At most twice a second (or now, with ``force``): whether the cluster can still
         run jobs; if not, stop the run (:meth:`_fail_run`)."""
         now = time.monotonic()
-        if self._fatal or self._source is None:
+        source, registry = self._source, self._registry
+        if registry.fatal or source is None or self._dispatcher is None:
             return
-        if not force and (now < self._next_health_check or self._stop_reason):
+        if not force and (now < self._next_health_check or registry.stop_reason):
             return
         self._next_health_check = now + HEALTH_CHECK_INTERVAL
-        if self._source.scheduler_lost():
-            problem = self._source.problem()
-        else:  # no worker left says more than "every worker process ended"
-            problem = self._no_worker_problem(now) or self._source.problem()
+        problem = None
+        if not source.scheduler_lost() and self._dispatcher.worker_count == 0:
+            # no worker left says more than "every worker process ended"
+            self._no_workers_since = self._no_workers_since or now
+            problem = no_worker_problem(
+                now - self._no_workers_since,
+                source.restarts_workers,
+                self.config.startup_timeout,
+                source.deaths(),
+                registry.logs,
+            )
+        else:
+            self._no_workers_since = None
+        problem = problem or source.problem()
         if problem:
             self._start_fail_run(f"the Dask cluster broke: {problem}")
 
-    def _no_worker_problem(self, now: float) -> str | None:
-        """No worker left: the end, unless dead workers are restarted (then after the
-        start-up timeout without one)."""
-        if self._dispatcher is None or self._dispatcher.worker_count > 0:
-            self._no_workers_since = None
-            return None
-        if self._no_workers_since is None:
-            self._no_workers_since = now
-        waited = now - self._no_workers_since
-        if self._source is not None and self._source.restarts_workers:
-            if waited < self.config.startup_timeout:
-                return None
-            return f"no Dask worker has been alive for {waited:.0f} s"
-        deaths = "; ".join(self._source.deaths()) if self._source else ""
-        if not deaths and waited < DEATH_RECORD_WAIT:
-            return None  # the supervisors are still ending the jobs: say how they died
-        return (
-            f"no Dask worker is left ({deaths or 'every worker died'}; nothing restarts "
-            f"them: see the worker logs in {self.config.run_dir / 'logs'}; "
-            "--dask-slurm-nanny restarts a worker that dies)"
-        )
-
     def _report(self, finished: Finished) -> None:
-        job_info = self._jobs.get(finished.key)
+        registry = self._registry
+        job_info = registry.get(finished.key)
         if job_info is None:  # killed and forgotten during cancellation
             return
         if finished.ok:
-            self._jobs.pop(finished.key, None)
+            registry.pop(finished.key)
             self.report_job_success(job_info)
             return
-        if self._fatal:
+        if registry.fatal:
             return  # _fail_run reports it, once its processes are gone, with all others
         if finished.lost_on is not None:
             assert self._recovery is not None
@@ -499,46 +351,39 @@ class Executor(RemoteExecutor):
             # Cancelled, or lost with the scheduler: its processes may still run. If the
             # cluster broke, _fail_run reports it once they are gone.
             self._check_cluster(force=True)
-            if self._fatal:
+            if registry.fatal:
                 return
-        elif self._killed_from_outside(finished) and self._recovery is not None:
-            # SLURM signals every process of an allocation it ends: ask it first, so that
-            # such jobs are reported with the one message for the whole run.
+        elif finished.outcome.returncode < 0 and not registry.stop_reason:
+            # Killed by a signal the plugin did not send: SLURM signals every process of
+            # an allocation it ends, so ask it first (on the recovery thread), and such
+            # jobs are then reported with the one message for the whole run.
+            assert self._recovery is not None
             self._recovery.call(lambda: self._report_unless_ended(finished))
             return
-        self._report_failure(job_info, finished)
-
-    def _killed_from_outside(self, finished: Finished) -> bool:
-        outcome = finished.outcome
-        return outcome is not None and outcome.returncode < 0 and not self._stop_reason
+        self._report_failure(finished)
 
     def _report_unless_ended(self, finished: Finished) -> None:
         """(Recovery thread) A job killed by a signal the plugin did not send."""
         self._on_worker_removed()  # fails the run if SLURM ended the allocation
-        with self._stop_lock:
-            job_info = None if self._fatal else self._jobs.get(finished.key)
-        if job_info is not None:
-            self._report_failure(job_info, finished)
+        if not self._registry.fatal:
+            self._report_failure(finished)
 
-    def _report_failure(self, job_info: SubmittedJobInfo, finished: Finished) -> None:
-        with self._stop_lock:
-            if self._jobs.pop(finished.key, None) is None:
-                return
+    def _report_failure(self, finished: Finished) -> None:
+        job_info = self._registry.pop(finished.key)
+        if job_info is None:
+            return
         aux = job_info.aux or {}
-        if self._stop_reason and finished.outcome is None:
-            finished = Finished(finished.key, False, problem=f"stopped: {self._stop_reason}")
+        stop = self._registry.stop_reason
+        if stop and finished.outcome is None:
+            finished = Finished(finished.key, False, problem=f"stopped: {stop}")
         msg = failure_message(job_info.job, finished, aux.get("way", "?"), aux.get("log", "?"))
         self.report_job_error(job_info, msg=msg, aux_logs=[aux.get("log")])
 
     # -- the cluster broke -----------------------------------------------------------
 
     def _start_fail_run(self, reason: str) -> None:
-        with self._stop_lock:
-            if self._fatal:
-                return
-            self._fatal = reason
-            self._stop_reason = self._stop_reason or reason
-        threading.Thread(target=self._fail_run, args=(reason,), daemon=True).start()
+        if self._registry.begin_fatal(reason):
+            threading.Thread(target=self._fail_run, args=(reason,), daemon=True).start()
 
     def _fail_run(self, reason: str) -> None:
         """Stop every job, then fail each, with one message for all of them.
@@ -548,23 +393,18 @@ class Executor(RemoteExecutor):
         final: no job left running can write them back.
         """
         assert self._source is not None and self._dispatcher is not None
-        with self._stop_lock:
-            keys = list(self._jobs)
         self.logger.error(f"dask-slurm: {reason}")
+        keys = self._registry.keys()
         if keys and not self._source.scheduler_lost():
             self._dispatcher.stop(keys)
         self._source.stop_workers()
-        with self._stop_lock:
-            left = dict(self._jobs)
-            self._jobs.clear()
-            self._quiet.update(left)
+        left = self._registry.take_all(reason, quiet=True)
         if left:
-            rules = sorted(job_label(info.job).split(" (")[0] for info in left.values())
-            counts = ", ".join(f"{r} ({rules.count(r)})" for r in dict.fromkeys(rules))
             self.logger.error(
                 f"dask-slurm: stopping the run; the {len(left)} job(s) it still had, all "
-                f"ended now, fail: {counts}. Run the same command again (in a new "
-                "allocation if this one ended): Snakemake redoes only what is missing."
+                f"ended now, fail: {counts_by_rule([i.job for i in left.values()])}. Run the "
+                "same command again (in a new allocation if this one ended): Snakemake "
+                "redoes only what is missing."
             )
         for job_info in left.values():
             self.report_job_error(job_info, msg=f"stopped: {reason}")
@@ -579,7 +419,7 @@ class Executor(RemoteExecutor):
 
     def _on_worker_removed(self) -> None:
         """(Recovery thread) Did the allocation end under the workers?"""
-        if self._source is not None and not self._fatal:
+        if self._source is not None and not self._registry.fatal:
             problem = self._source.allocation_problem()
             if problem:
                 self._start_fail_run(f"the Dask cluster broke: {problem}")
@@ -590,41 +430,28 @@ class Executor(RemoteExecutor):
         self._on_worker_removed()
         self._check_cluster(force=True)  # no worker left to run them again?
         for key in keys:
-            with self._stop_lock:
-                job_info = self._jobs.get(key)
-                stop = self._stop_reason
-            if job_info is None or self._fatal:  # cancelled, or left to _fail_run
+            job_info = self._registry.get(key)
+            if job_info is None or self._registry.fatal:  # cancelled, or left to _fail_run
                 continue
             aux = job_info.aux or {}
-            running = gone is not None and key in gone.record.get("jobs_left_running", ())
-            if running:
-                aux.setdefault("lost_on", []).append(worker.name)
-            label = job_label(job_info.job)
-            how = f"it {gone.worker_exit}, and {gone.how}" if gone else None
-            if gone is None:
-                verdict = unconfirmed_verdict(worker.name, key)
-            elif stop:
-                verdict = f"It is not run again: {stop}."
-            elif len(aux.get("lost_on", ())) >= MAX_LOSSES:
-                verdict = f"Its workers died under it on {', '.join(aux['lost_on'])}. {LOST_TWICE}"
-            else:
-                again = "Running it again on another worker."
-                self.logger.info(
-                    f"dask-slurm: {lost_job_message(label, worker.name, running, how, again)}"
-                )
+            verdict = decide(
+                job_label(job_info.job),
+                key,
+                worker.name,
+                gone,
+                aux.setdefault("lost_on", []),
+                self._registry.stop_reason,
+            )
+            if verdict.rerun:
+                self.logger.info(f"dask-slurm: {verdict.message}")
                 self._rerun(key, job_info)
-                continue
-            self._fail(key, job_info, lost_job_message(label, worker.name, running, how, verdict))
-
-    def _fail(self, key: str, job_info: SubmittedJobInfo, msg: str) -> None:
-        with self._stop_lock:
-            if self._jobs.pop(key, None) is None:
-                return
-        self.report_job_error(job_info, msg=msg)
+            elif self._registry.pop(key) is not None:
+                self.report_job_error(job_info, msg=verdict.message)
 
     def _rerun(self, key: str, job_info: SubmittedJobInfo) -> None:
         """Run a lost job again, as the same Snakemake attempt, under a new task key,
         after removing what its dead copy wrote."""
+        assert self._dispatcher is not None
         job, aux = job_info.job, job_info.aux or {}
         spec: TaskSpec = aux["spec"]
         reruns = aux["reruns"] = aux.get("reruns", 0) + 1
@@ -639,32 +466,26 @@ class Executor(RemoteExecutor):
                 for f in (*job.output, *job.log):
                     f.prepare()
         except Exception as e:
-            self._fail(key, job_info, f"{job_label(job)} could not be run again: {e}\n")
+            if self._registry.pop(key) is not None:
+                self.report_job_error(
+                    job_info, msg=f"{job_label(job)} could not be run again: {e}\n"
+                )
             return
-        with self._stop_lock:
-            if self._stop_reason or self._jobs.pop(key, None) is None:
-                refused = self._stop_reason or ""
-            else:
-                refused = None
-                self._jobs[new.key] = job_info
-                aux.update(spec=new, log=new.log_path)
-                lost = self._hand_over([(new, aux["request"])])
-        if refused is not None:
-            if refused:
-                self._fail(key, job_info, f"{job_label(job)} was not run again: {refused}\n")
-            return
-        for info, msg in lost:
-            self.report_job_error(info, msg=msg)
+        aux.update(spec=new, log=new.log_path)
+        outcome = self._registry.replace(
+            key, job_info, new, aux["request"], self._dispatcher.submit_many
+        )
+        if isinstance(outcome, list):
+            self._report_lost(outcome)
+        elif outcome and self._registry.pop(key) is not None:
+            self.report_job_error(job_info, msg=f"{job_label(job)} was not run again: {outcome}\n")
 
     # -- ending ------------------------------------------------------------------------
 
     def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
         # Our own registry, not ``active_jobs``: the base class empties that list while
         # a status round runs, so a Ctrl-C at that moment would miss jobs.
-        with self._stop_lock:
-            self._stop_reason = self._stop_reason or "the workflow was cancelled"
-            keys = list(self._jobs)
-            self._jobs.clear()
+        keys = list(self._registry.take_all("the workflow was cancelled"))
         if self._source is not None and self._source.scheduler_lost():
             self._source.stop_workers()  # their supervisors end the jobs
         elif self._dispatcher is not None:
@@ -686,24 +507,10 @@ class Executor(RemoteExecutor):
         try:
             if self._recovery is not None:
                 self._recovery.close()
-            if self._jobs and self._dispatcher is not None and not self._source.scheduler_lost():
-                self._dispatcher.kill(list(self._jobs))
+            keys = self._registry.keys()
+            if keys and self._dispatcher is not None and not self._source.scheduler_lost():
+                self._dispatcher.kill(keys)
         finally:
             self._source.close()
             self._closed = True
         self.logger.info(f"dask-slurm: Dask cluster closed in {time.monotonic() - started:.1f} s")
-
-
-def apply_to_job_scheduler(scheduler: Any, change: Plan) -> None:
-    """Apply ``change`` to Snakemake's ``JobScheduler`` (snakemake/scheduling/
-    job_scheduler.py, 9.x). These are its internals; tests/test_scheduling_internals.py pins
-    every one used here, so that a Snakemake release that changes them fails CI instead of
-    silently slowing users down."""
-    with scheduler._lock:
-        if change.lift_rate_limit:
-            scheduler.job_rate_limiter = None
-            scheduler.resources["_job_count"] = sys.maxsize  # what it asserts without one
-        if change.subsample:
-            scheduler.subsample = change.subsample
-        if change.scheduler == "greedy":
-            scheduler._job_selector = scheduler.job_selector_greedy

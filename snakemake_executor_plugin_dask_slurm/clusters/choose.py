@@ -28,6 +28,13 @@ def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
     return cpus_for_this_node(os.environ, dask.system.CPU_COUNT, os.cpu_count() or 1)
 
 
+def local_worker_cpus(config: RunConfig) -> int:
+    """CPUs of one local worker (the most threads a job gets in local mode)."""
+    from .local import local_layout
+
+    return local_layout(local_cpus(config)[0], config.workers)[1]
+
+
 def local_mem_mb() -> tuple[int, str]:
     """Memory the local workers advertise: SLURM's grant on this node, else the machine."""
     granted = os.environ.get("SLURM_MEM_PER_NODE", "")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..report.messages import LOST_TWICE, lost_job_message, unconfirmed_verdict
 from ..worker.tasks import LostWorker
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,41 @@ class _Waiting:
     worker: LostWorker
     keys: list[str]
     deadline: float
+
+
+#: A job whose worker died while it ran this often is not run again.
+MAX_LOSSES = 2
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What to do with one job of a dead worker, and the sentence that says so."""
+
+    rerun: bool
+    message: str
+    #: The job was running there (its processes were found), not merely waiting.
+    running: bool
+
+
+def decide(
+    label: str, key: str, worker: str, gone: Gone | None, lost_on: list[str], stop: str | None
+) -> Verdict:
+    """Run a dead worker's job again, or fail it (pure; ``lost_on`` is updated: the
+    workers that died while it ran)."""
+    running = gone is not None and key in gone.record.get("jobs_left_running", ())
+    if running:
+        lost_on.append(worker)
+    how = f"it {gone.worker_exit}, and {gone.how}" if gone else None
+    if gone is None:
+        verdict = unconfirmed_verdict(worker, key)
+    elif stop:
+        verdict = f"It is not run again: {stop}."
+    elif len(lost_on) >= MAX_LOSSES:
+        verdict = f"Its workers died under it on {', '.join(lost_on)}. {LOST_TWICE}"
+    else:
+        again = "Running it again on another worker."
+        return Verdict(True, lost_job_message(label, worker, running, how, again), running)
+    return Verdict(False, lost_job_message(label, worker, running, how, verdict), running)
 
 
 def read_record(record_dir: Path, name: str, pid: int | None) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Snakemake's own scheduling settings for a Dask task farm: which defaults to lift (pure).
+"""Snakemake's own scheduling settings for a Dask task farm: which defaults to lift.
 
 Snakemake applies three defaults to every executor that suit one batch job per rule but
 cost a Dask pool more than half its speed on thousands of short jobs (docs/benchmarks.md):
@@ -9,16 +9,18 @@ cost a Dask pool more than half its speed on thousands of short jobs (docs/bench
 - no ``--scheduler-subsample``: the greedy selection is quadratic in the ready jobs.
 
 When the user chose none of them, the plugin lifts what they left at Snakemake's default
-(:func:`plan`); a choice the user made always wins. The executor applies the plan to
-Snakemake's job scheduler at the first scheduling round (see ``Executor._tune_scheduling``);
+(:func:`plan`, pure); a choice the user made always wins. :func:`tune_job_scheduler` applies
+the plan to Snakemake's job scheduler at the first scheduling round (Snakemake internals);
 the interface change that would make this a supported setting is proposed in
 docs/further.md.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: Snakemake's command-line default rate limit: (jobs, seconds).
 DEFAULT_RATE = (100, 1.0)
@@ -98,3 +100,49 @@ def plan(given: Given) -> Plan:
     scheduler = "greedy" if not given.scheduler_chosen and given.scheduler == "ilp" else None
     subsample = FARM_SUBSAMPLE if not given.subsample_chosen and given.subsample is None else None
     return Plan(lift, scheduler, subsample)
+
+
+def tune_job_scheduler(workflow: Any, argv: Sequence[str]) -> tuple[Given, str | None]:
+    """At the first scheduling round: apply :func:`plan` to Snakemake's running job
+    scheduler; the settings it now runs with, and the line saying what changed (None if
+    nothing did)."""
+    settings = workflow.scheduling_settings
+    rate = settings.max_jobs_per_timespan
+    given = Given(
+        rate=(rate.max_jobs, float(rate.timespan)) if rate else None,
+        scheduler=settings.scheduler,
+        subsample=settings.subsample,
+        rate_chosen=flag_given(argv, RATE_FLAGS) or bool(settings.max_jobs_per_second),
+        scheduler_chosen=flag_given(argv, SCHEDULER_FLAGS),
+        subsample_chosen=flag_given(argv, SUBSAMPLE_FLAGS),
+    )
+    change = plan(given)
+    scheduler = getattr(workflow, "scheduler", None)
+    if scheduler is None:
+        return given, None
+    if change:
+        apply_to_job_scheduler(scheduler, change)
+    return change.effective(given), change.describe(given) if change else None
+
+
+def apply_to_job_scheduler(scheduler: Any, change: Plan) -> None:
+    """Apply ``change`` to Snakemake's ``JobScheduler`` (snakemake/scheduling/
+    job_scheduler.py, 9.x). These are its internals; tests/unit/test_scheduling.py pins
+    every one used here, so that a Snakemake release that changes them fails CI instead of
+    silently slowing users down."""
+    with scheduler._lock:
+        if change.lift_rate_limit:
+            scheduler.job_rate_limiter = None
+            scheduler.resources["_job_count"] = sys.maxsize  # what it asserts without one
+        if change.subsample:
+            scheduler.subsample = change.subsample
+        if change.scheduler == "greedy":
+            scheduler._job_selector = scheduler.job_selector_greedy
+
+
+def cap_threads_like_cores(workflow: Any, cpus: int) -> None:
+    """Local mode without ``--cores``: scale every job's threads down to ``cpus``, as
+    Snakemake's local executor does with ``--cores`` (``Rule.expand_resources`` constrains
+    threads by ``workflow.global_resources["_cores"]``). Done before the first job
+    selection, which re-evaluates every job's resources."""
+    workflow.global_resources["_cores"] = cpus

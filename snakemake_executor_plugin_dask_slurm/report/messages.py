@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..dispatch.admission import GPU_RESOURCE_NAMES
 from ..worker.proctree import JOB_MARKER, describe_exit
 from ..worker.tasks import Finished
 
@@ -63,3 +65,27 @@ def unconfirmed_verdict(worker: str, key: str) -> str:
         f"again. Before you run the workflow again, look on {worker} for processes whose "
         f"environment holds {JOB_MARKER}={key} and end them."
     )
+
+
+def capped_message(
+    job: Any, asked: Mapping[str, float], capped: Sequence[str], capacity: Any
+) -> str:
+    """Local mode capped what ``job`` asked for (:func:`..dispatch.admission.admit`): which
+    requests, and why that is what Snakemake's local executor would do."""
+    parts = []
+    for resource in capped:
+        if resource in capacity.advertised:
+            has = capacity.largest().get(resource, 0)
+            parts.append(
+                f"{resource}={asked[resource]:g} is more than a local worker has ({has:g}), "
+                "so it gets a whole worker"
+            )
+        else:
+            name = next(
+                (n for n in GPU_RESOURCE_NAMES if job.resources.get(n) == asked[resource]), resource
+            )
+            parts.append(
+                f"{name}={asked[resource]:g} is counted by Snakemake only (limit it with "
+                f"--resources {name}=N): the local workers have no GPUs"
+            )
+    return f"rule {job.name}: {'; '.join(parts)}, as Snakemake's local executor would run it"

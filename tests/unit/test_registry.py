@@ -1,0 +1,101 @@
+"""The job registry: hand-over to Dask (and what happens when Dask refuses), stops that
+never miss a job, reruns under a new key. Against a real in-process Dask client."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from distributed import Client, LocalCluster
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
+from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry, counts_by_rule
+from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+
+pytestmark = pytest.mark.component
+
+
+def job(jobid: int, rule: str = "thin") -> Any:
+    return SimpleNamespace(is_group=lambda: False, name=rule, jobid=jobid, attempt=1)
+
+
+def entry(tmp_path: Path, jobid: int, cpus: int) -> tuple[SubmittedJobInfo, TaskSpec, dict]:
+    key = f"thin-{jobid}"
+    spec = TaskSpec(key, ("true",), str(tmp_path), (), str(tmp_path / f"{key}.log"), None)
+    return SubmittedJobInfo(job(jobid), external_jobid=key), spec, {"cpus": cpus}
+
+
+def test_jobs_dask_refuses_are_unregistered_and_failed_with_a_reason(tmp_path: Path) -> None:
+    with LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+    ) as cluster:
+        client = Client(cluster)
+        dispatcher = Dispatcher(client, lambda: None)
+        client.close()  # what a client that lost its scheduler refuses with
+    registry = JobRegistry(logs=str(tmp_path / "logs"))
+    announced: list[str] = []
+    refused, lost = registry.hand_over(
+        [entry(tmp_path, 1, 1), entry(tmp_path, 2, 2)],
+        lambda info: announced.append(info.external_jobid),
+        dispatcher.submit_many,
+    )
+    assert refused == [] and announced == ["thin-1", "thin-2"]
+    assert [info.external_jobid for info, _ in lost] == ["thin-1", "thin-2"]
+    assert len(registry) == 0
+    msg = lost[0][1]
+    assert msg.startswith("rule thin (jobid 1, attempt 1) could not be handed to the Dask ")
+    assert "(ClosedClientError: " in msg and f"see its log in {tmp_path / 'logs'}" in msg
+
+
+def test_a_stop_refuses_every_later_job_and_snapshots_the_earlier_ones(tmp_path: Path) -> None:
+    registry = JobRegistry()
+    submitted: list[list[Any]] = []
+    registry.hand_over([entry(tmp_path, 1, 1)], lambda info: None, submitted.append)
+    assert registry.begin_stop("SIGTERM") == ["thin-1"]
+    refused, lost = registry.hand_over([entry(tmp_path, 2, 1)], lambda info: None, submitted.append)
+    assert [(i.external_jobid, m) for i, m in refused] == [
+        ("thin-2", "rule thin (jobid 2, attempt 1) was not started: SIGTERM\n")
+    ]
+    assert lost == [] and len(submitted) == 1 and registry.keys() == ["thin-1"]
+    assert registry.begin_fatal("broke") and not registry.begin_fatal("again")
+    assert registry.stop_reason == "SIGTERM"  # the first reason stays
+
+
+def test_take_all_forgets_every_job_and_can_silence_their_failures(tmp_path: Path) -> None:
+    registry = JobRegistry()
+    registry.hand_over([entry(tmp_path, i, 1) for i in (1, 2)], lambda info: None, lambda t: None)
+    taken = registry.take_all("cluster broke", quiet=True)
+    assert list(taken) == ["thin-1", "thin-2"] and len(registry) == 0
+    assert registry.is_quiet("thin-1") and not registry.is_quiet("thin-3")
+
+
+def test_replace_runs_a_job_again_under_a_new_key_unless_the_run_stops(tmp_path: Path) -> None:
+    registry = JobRegistry()
+    info, spec, request = entry(tmp_path, 1, 1)
+    registry.hand_over([(info, spec, request)], lambda i: None, lambda t: None)
+    again = TaskSpec("thin-1-r1", spec.argv, spec.cwd, (), spec.log_path, None)
+    sent: list[Any] = []
+    assert registry.replace("thin-1", info, again, request, sent.append) is None
+    assert registry.keys() == ["thin-1-r1"] and sent == [[(again, request)]]
+    registry.begin_stop("cancelled")
+    assert registry.replace("thin-1-r1", info, again, request, sent.append) == "cancelled"
+
+
+def test_replace_reports_what_dask_did_not_take(tmp_path: Path) -> None:
+    registry = JobRegistry()
+    info, spec, request = entry(tmp_path, 1, 1)
+    registry.hand_over([(info, spec, request)], lambda i: None, lambda t: None)
+
+    def refuse(tasks: list[Any]) -> None:
+        raise SubmitFailed([t[0].key for t in tasks], RuntimeError("gone"))
+
+    again = TaskSpec("thin-1-r1", spec.argv, spec.cwd, (), spec.log_path, None)
+    lost = registry.replace("thin-1", info, again, request, refuse)
+    assert isinstance(lost, list) and lost[0][0] is info and len(registry) == 0
+
+
+def test_counts_by_rule() -> None:
+    assert counts_by_rule([job(1, "b"), job(2, "a"), job(3, "b")]) == "rule a (1), rule b (2)"
