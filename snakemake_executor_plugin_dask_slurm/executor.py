@@ -32,6 +32,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .clusters.base import ClusterSource
 from .clusters.choose import check_run_dir, local_worker_cpus, make_source
+from .clusters.security import RunSecurity
 from .config import RunConfig, resolve
 from .dispatch.admission import Capacity
 from .dispatch.dispatcher import Dispatcher
@@ -96,7 +97,7 @@ class Executor(RemoteExecutor):
         # Planned (settings, allocation, preflight) now; started at the first job, so a
         # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
         self._pending_source: ClusterSource | None = make_source(
-            self.config, log_dir, self.logger, given_cores
+            self.config, self.logger, given_cores, RunSecurity()
         )
         self._local_cores: int | None = None
         if self.config.cluster == "local" and given_cores is None:

@@ -16,6 +16,7 @@ from .base import (
     worker_count,
 )
 from .process import read_scheduler_file
+from .security import RunSecurity
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -28,8 +29,15 @@ def _allowed_failures(dask_scheduler: Any) -> int:
 class AttachCluster(ClusterSource):
     """A scheduler somebody else runs. The plugin never stops it."""
 
-    def __init__(self, address: str | None, scheduler_file: Path | None, timeout: float):
+    def __init__(
+        self,
+        address: str | None,
+        scheduler_file: Path | None,
+        timeout: float,
+        security: RunSecurity,
+    ):
         self.address = address
+        self.security = security
         self.scheduler_file = scheduler_file
         self.timeout = timeout
         self.client: Client | None = None
@@ -57,7 +65,7 @@ class AttachCluster(ClusterSource):
     def start(self) -> Client:
         address = self._address()
         try:
-            self.client = connect(address, self.timeout)
+            self.client = connect(address, self.timeout, self.security)
         except SchedulerUnreachable as e:
             if self.scheduler_file is None:
                 raise DaskSlurmError(

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
 from .process import ManagedProcess, Status, wait_for_scheduler_file
-from .security import client_security
+from .security import RunSecurity
+from .spec import ClusterSpec, ProcessSpec
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -126,13 +127,13 @@ class SchedulerUnreachable(DaskSlurmError):
     """Nothing answers at the scheduler's address."""
 
 
-def connect(address: str, timeout: float) -> Client:
+def connect(address: str, timeout: float, security: RunSecurity) -> Client:
     """A client for ``address``; the one place connection options (security) are set."""
     from distributed import Client
 
     probe(address, timeout)
     try:
-        return Client(address, timeout=timeout, set_as_default=False, security=client_security())
+        return Client(address, timeout=timeout, set_as_default=False, security=security.client())
     except OSError as e:
         raise DaskSlurmError(
             f"Could not connect to the Dask scheduler at {address} within {timeout:.0f} s: "
@@ -154,23 +155,17 @@ def worker_count(client: Client) -> int:
 class ProcessCluster(ClusterSource):
     """A scheduler and workers this plugin starts as processes, and stops."""
 
-    def __init__(
-        self,
-        scheduler: ManagedProcess,
-        workers: Sequence[ManagedProcess],
-        scheduler_file: Path,
-        expected_workers: int,
-        timeout: float,
-        record_dir: Path,
-        restarts_workers: bool,
-    ):
-        self.scheduler = scheduler
-        self.workers = list(workers)
-        self.scheduler_file = scheduler_file
-        self.expected_workers = expected_workers
+    def __init__(self, spec: ClusterSpec, timeout: float, security: RunSecurity):
+        self.spec = spec
+        self.scheduler = managed(spec.scheduler)
+        self.workers = [managed(worker) for worker in spec.workers]
+        self.scheduler_file = spec.scheduler_file
+        self.expected_workers = spec.expected_workers
         self.timeout = timeout
-        self.record_dir: Path = record_dir
-        self.restarts_workers = restarts_workers
+        self.security = security
+        self.record_dir: Path = spec.record_dir
+        self.restarts_workers = spec.restarts_workers
+        self.description = spec.description
         self.client: Client | None = None
         self.bringup_seconds: float | None = None
         self.teardown_seconds: float | None = None
@@ -185,7 +180,7 @@ class ProcessCluster(ClusterSource):
             for worker in self.workers:
                 worker.start()  # they wait for the scheduler file themselves
             address = wait_for_scheduler_file(self.scheduler_file, self.scheduler, self.timeout)
-            self.client = connect(address, self.timeout)
+            self.client = connect(address, self.timeout, self.security)
             self.wait_for_workers(started + self.timeout)
         except BaseException:
             self.close()
@@ -293,6 +288,7 @@ class ProcessCluster(ClusterSource):
         self.scheduler.close(STOP_TIMEOUT)
         with contextlib.suppress(FileNotFoundError):
             self.scheduler_file.unlink()
+        self.security.close()
         self.teardown_seconds = time.monotonic() - started
 
     def _retire_workers(self) -> int:
@@ -331,8 +327,6 @@ def clear_records(record_dir: Path) -> None:
                 path.unlink()
 
 
-def owner_environment() -> dict[str, str]:
-    """Environment for our scheduler: it exits if this process dies (see preload)."""
-    env = dict(os.environ)
-    env["DASK_SLURM_OWNER_PID"] = str(os.getpid())
-    return env
+def managed(spec: ProcessSpec) -> ManagedProcess:
+    """The process a spec describes, in this process's environment plus the spec's."""
+    return ManagedProcess(spec.name, spec.argv, spec.log_path, dict(os.environ) | dict(spec.env))

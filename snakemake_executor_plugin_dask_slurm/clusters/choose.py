@@ -8,11 +8,13 @@ from typing import Any
 
 from ..config import RunConfig
 from ..errors import DaskSlurmError
-from ..slurm.allocation import cpus_for_this_node, in_allocation
+from ..slurm.allocation import cpus_for_this_node, granted_memory, in_allocation
 from .attach import AttachCluster
 from .base import ClusterSource
-from .local import LocalCluster
+from .local import LocalProcessCluster
 from .network import check_bindable, choose_scheduler_host
+from .security import RunSecurity
+from .spec import local_layout
 
 
 def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
@@ -30,34 +32,34 @@ def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
 
 def local_worker_cpus(config: RunConfig) -> int:
     """CPUs of one local worker (the most threads a job gets in local mode)."""
-    from .local import local_layout
-
     return local_layout(local_cpus(config)[0], config.workers)[1]
 
 
-def local_mem_mb() -> tuple[int, str]:
-    """Memory the local workers advertise: SLURM's grant on this node, else the machine."""
-    granted = os.environ.get("SLURM_MEM_PER_NODE", "")
-    if granted.isdigit() and int(granted) > 0:
-        return int(granted), "SLURM_MEM_PER_NODE"
+def local_mem_mb(cpus: int) -> tuple[int, str]:
+    """Memory the local workers advertise: SLURM's grant on this node (for ``cpus`` CPUs),
+    else what this process may use."""
+    granted, source = granted_memory(os.environ, (cpus,))
+    if granted:
+        return granted[0], source
     from distributed.system import MEMORY_LIMIT
 
     return MEMORY_LIMIT // 2**20, "memory this process may use (cgroup/machine)"
 
 
 def make_source(
-    config: RunConfig, log_dir: Path, logger: Any, cores: int | None = None
+    config: RunConfig, logger: Any, cores: int | None, security: RunSecurity
 ) -> ClusterSource:
+    """The cluster this run uses, planned and checked, not started."""
     if config.cluster == "attach":
         return AttachCluster(
-            config.scheduler_address, config.scheduler_file, config.startup_timeout
+            config.scheduler_address, config.scheduler_file, config.startup_timeout, security
         )
     if config.cluster == "srun":
         from .srun import SrunCluster
 
-        return SrunCluster.from_environment(config, log_dir)
+        return SrunCluster.from_environment(config, security)
     cpus, cpus_source = local_cpus(config, cores)
-    mem_mb, _ = local_mem_mb()
+    mem_mb, _ = local_mem_mb(cpus)
     if in_allocation(os.environ):
         logger.info(
             "dask-slurm: running on a local Dask cluster inside SLURM allocation "
@@ -65,7 +67,9 @@ def make_source(
         )
     host, _ = choose_scheduler_host(config.interface, config.scheduler_host, None, False)
     check_bindable(host)
-    cluster = LocalCluster(config, cpus, cpus_source, mem_mb, log_dir, host or "127.0.0.1")
+    cluster = LocalProcessCluster.plan(
+        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", security
+    )
     cluster.preflight()
     return cluster
 

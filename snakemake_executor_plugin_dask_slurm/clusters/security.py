@@ -1,27 +1,33 @@
-"""The one place where the connection security of the plugin's Dask cluster is decided.
+"""How this run's Dask processes and client authenticate: one object per run, an input of
+the plan (:mod:`.spec`) and of the client connection (:func:`.base.connect`).
 
-Today every cluster the plugin starts uses Dask's defaults (plain TCP; the scheduler
-listens only on loopback in local mode and on the allocation's network in srun mode).
-The scheduler command, the worker command and the client connection all take their
-security options from here, so making TLS with per-run credentials the default changes
-this module only.
+Today a run uses Dask's defaults (plain TCP; the scheduler listens on loopback in local
+mode and on the allocation's network in srun mode). Per-run TLS credentials change this
+object, not its users: the scheduler and worker options and the client's ``security=``
+all come from here, and :meth:`RunSecurity.close` removes whatever it made.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 
-def scheduler_security_args() -> tuple[str, ...]:
-    """Extra ``dask scheduler`` options for security (none yet: Dask's defaults)."""
-    return ()
+@dataclass(frozen=True)
+class RunSecurity:
+    """No credentials: Dask's defaults."""
 
+    def scheduler_args(self) -> tuple[str, ...]:
+        """Extra ``dask scheduler`` options."""
+        return ()
 
-def worker_security_args() -> tuple[str, ...]:
-    """Extra ``dask worker`` options for security (none yet: Dask's defaults)."""
-    return ()
+    def worker_args(self) -> tuple[str, ...]:
+        """Extra ``dask worker`` options."""
+        return ()
 
+    def client(self) -> Any:
+        """The ``security=`` argument of the plugin's client (None: Dask's defaults)."""
+        return None
 
-def client_security() -> Any:
-    """The ``security=`` argument for the plugin's client (None: Dask's defaults)."""
-    return None
+    def close(self) -> None:
+        """Remove whatever this run's security made (nothing yet)."""

@@ -3,8 +3,9 @@
 Everything is decided before anything starts: the allocation (nodes, CPUs per node and
 where that number came from, memory, GPUs), the layout (one srun step per distinct node
 size), the scheduler's address (reachable from the nodes), and a preflight check that
-this interpreter's ``dask scheduler``/``dask worker`` accept every option passed. Then the
-shared :class:`~.cluster.ProcessCluster` lifecycle starts the scheduler and the steps,
+this interpreter's ``dask scheduler``/``dask worker`` accept every option passed; the plan
+itself is :func:`.spec.plan_srun`. Then the shared :class:`.base.ProcessCluster` lifecycle
+starts the scheduler and the steps,
 waits for *every* expected worker while watching every step, and tears down in order.
 """
 
@@ -15,14 +16,12 @@ import os
 import socket
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from urllib.parse import urlparse
 
 from ..config import RunConfig
-from ..errors import DaskSlurmError
 from ..slurm.allocation import Allocation, read_allocation, with_node_memory
-from ..slurm.argv import srun_step_command, sweep_step_command
-from ..slurm.layout import NodeGroup, WorkerLayout, plan_layout
+from ..slurm.argv import sweep_step_command
+from ..slurm.layout import WorkerLayout, plan_layout
 from ..slurm.run import (
     SlurmCommandError,
     find_slurm_commands,
@@ -32,26 +31,14 @@ from ..slurm.run import (
 )
 from ..slurm.run import run as slurm_run
 from ..slurm.states import allocation_ended
-from .base import ProcessCluster, dashboard_link, owner_environment
-from .dask_argv import (
-    SUPERVISOR_MODULE,
-    dask_option_names,
-    scheduler_command,
-    supervised_worker_command,
-)
-from .local import (
-    file_locking_env,
-    record_dir,
-    scheduler_options,
-    supervisor_options,
-    worker_options,
-)
+from ..worker import SUPERVISOR_MODULE
+from .base import ProcessCluster, dashboard_link
+from .dask_argv import dask_option_names
 from .network import check_bindable, choose_scheduler_host
 from .preflight import check_dask_cli
-from .process import ManagedProcess
+from .security import RunSecurity
+from .spec import plan_srun
 
-#: srun job-step name of the worker steps, as ``squeue -s`` shows it.
-STEP_NAME = "dask-workers"
 PREFLIGHT_TIMEOUT = 60.0
 SCONTROL_TIMEOUT = 15.0
 #: Asked only once the cluster broke, on Snakemake's thread: keep it short.
@@ -70,84 +57,13 @@ def node_of_worker(worker: str, nodes: Sequence[str]) -> str | None:
     return base if base in nodes else None
 
 
-def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
-    """What each worker of ``group`` advertises: its share of its node's grant."""
-    share = group.workers_per_node
-    resources: dict[str, float] = {"cpus": group.threads_per_worker}
-    if alloc.mem_mb:
-        by_node = dict(zip(alloc.nodes, alloc.mem_mb, strict=True))
-        resources["mem_mb"] = min(by_node[node] for node in group.nodes) // share
-    gpus = alloc.gpus_per_node or 0
-    if gpus and gpus < share:
-        raise DaskSlurmError(
-            f"Each node of {','.join(group.nodes)} has {gpus} GPU(s) but would run {share} "
-            "Dask workers, so some workers would get no GPU at all. Ask for fewer workers "
-            "(--dask-slurm-workers) or leave the count to the plugin (one per node)."
-        )
-    if gpus:
-        resources["gpus"] = gpus // share
-    return resources
-
-
-def step_log_name(index: int, group: NodeGroup) -> str:
-    return f"workers-step{index}-{group.cpus}cpus.log"
-
-
 class SrunCluster(ProcessCluster):
     """A scheduler on this host and one srun step of workers per node size."""
 
-    def __init__(
-        self,
-        config: RunConfig,
-        alloc: Allocation,
-        layout: WorkerLayout,
-        host: tuple[str | None, str],
-        srun: str,
-        log_dir: Path,
-        scontrol: str | None = None,
-    ):
-        python = sys.executable
-        scheduler_file = config.scheduler_file or log_dir / "scheduler.json"
-        scheduler_argv = scheduler_command(
-            python, scheduler_options(config, scheduler_file, host[0])
-        )
-        env = owner_environment() | file_locking_env(config.file_locking)
-        steps, payloads = [], []
-        for index, group in enumerate(layout.groups):
-            opts = worker_options(
-                config, scheduler_file, group.threads_per_worker, group_resources(group, alloc)
-            )
-            supervisor = supervisor_options(config, None, group.workers_per_node > 1)
-            payload = supervised_worker_command(python, supervisor, opts)
-            argv = srun_step_command(
-                group, job_name=STEP_NAME, srun_args=config.srun_args, payload=payload, srun=srun
-            )
-            name = f"srun step for {','.join(group.nodes)}"
-            steps.append(ManagedProcess(name, argv, log_dir / step_log_name(index, group), env))
-            payloads.append(payload)
-        scheduler = ManagedProcess(
-            "Dask scheduler", scheduler_argv, log_dir / "scheduler.log", owner_environment()
-        )
-        super().__init__(
-            scheduler,
-            steps,
-            scheduler_file,
-            layout.total_workers,
-            config.startup_timeout,
-            record_dir(config),
-            config.nanny,
-        )
-        self.alloc, self.layout, self.host, self.log_dir = alloc, layout, host, log_dir
-        self.python, self.payloads, self.scontrol = python, payloads, scontrol
-        self.srun = srun
-        self.show_dashboard = config.dashboard
-        self.description = (
-            f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
-            f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)"
-        )
-
     @classmethod
-    def from_environment(cls, config: RunConfig, log_dir: Path) -> SrunCluster:
+    def from_environment(cls, config: RunConfig, security: RunSecurity) -> SrunCluster:
+        """Read the allocation, plan the workers (:func:`.spec.plan_srun`), check the
+        scheduler's address and the Dask CLI: everything before anything starts."""
         import dask.system
 
         env: Mapping[str, str] = os.environ
@@ -169,15 +85,28 @@ class SrunCluster(ProcessCluster):
             alloc.this_node_is_allocated,
         )
         check_bindable(host[0])
-        cluster = cls(config, alloc, layout, host, commands.srun, log_dir, commands.scontrol)
+        spec = plan_srun(
+            config, alloc, layout, host[0], commands.srun, sys.executable, os.getpid(), security
+        )
+        cluster = cls(spec, config.startup_timeout, security)
+        cluster.alloc, cluster.layout, cluster.host = alloc, layout, host
+        cluster.srun, cluster.scontrol = commands.srun, commands.scontrol
+        cluster.show_dashboard = config.dashboard
         cluster.preflight()
         return cluster
 
+    alloc: Allocation
+    layout: WorkerLayout
+    host: tuple[str | None, str]
+    srun: str
+    scontrol: str | None = None
+    show_dashboard = True
+
     def preflight(self) -> None:
         """Check the Dask CLI accepts every option, before starting anything."""
-        worker_opts = tuple(o for p in self.payloads for o in dask_option_names(p))
+        worker_opts = tuple(o for p in self.workers for o in dask_option_names(p.argv))
         check_dask_cli(
-            self.python,
+            sys.executable,
             dask_option_names(self.scheduler.argv),
             (*worker_opts, "--name"),
             PREFLIGHT_TIMEOUT,
@@ -210,7 +139,9 @@ class SrunCluster(ProcessCluster):
         if node is None:
             return None
         try:
-            said = slurm_run(sweep_step_command(node, self.python, keys, self.srun), SWEEP_TIMEOUT)
+            said = slurm_run(
+                sweep_step_command(node, sys.executable, keys, self.srun), SWEEP_TIMEOUT
+            )
         except SlurmCommandError as e:
             logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
             return None
@@ -219,7 +150,7 @@ class SrunCluster(ProcessCluster):
     def worker_hint(self) -> str:
         return (
             "Common causes: the plugin or Dask is not installed in the same environment "
-            f"on the nodes ({self.python} must work there); SLURM refused the step (more "
+            f"on the nodes ({sys.executable} must work there); SLURM refused the step (more "
             "CPUs or memory than granted: see the step log); the nodes cannot reach the "
             f"scheduler at {self.host[0] or 'its default address'} (name a reachable "
             "interface with --dask-slurm-interface, e.g. ib0, or a host with "
@@ -238,7 +169,7 @@ class SrunCluster(ProcessCluster):
             f"{self.client.scheduler_info()['address'] if self.client else '?'} "
             f"({self.host[1]})",
             f"all {self.expected_workers} workers registered in {self.bringup_seconds or 0:.1f} s"
-            f"; logs in {self.log_dir}",
+            f"; logs in {self.spec.scheduler.log_path.parent}",
         ]
         link = dashboard_link(self.client) if self.client and self.show_dashboard else None
         if link:

@@ -182,7 +182,12 @@ def _per_node_cpus(
     return (cpus,) * len(nodes), f"{source} for every node, because {problem}"
 
 
-def _memory(env: Mapping[str, str], cpus: tuple[int, ...]) -> tuple[tuple[int, ...] | None, str]:
+def granted_memory(
+    env: Mapping[str, str], cpus: tuple[int, ...]
+) -> tuple[tuple[int, ...] | None, str]:
+    """The memory SLURM granted on each node (MB), given each node's CPUs, and where the
+    number came from; None when the job was granted no size (the one memory reader, for
+    local and srun mode alike)."""
     per_node = env.get("SLURM_MEM_PER_NODE")
     if _positive_int(per_node) is not None:
         return (int(per_node or 0),) * len(cpus), f"SLURM_MEM_PER_NODE={per_node} (MB)"
@@ -259,7 +264,7 @@ def read_allocation(
     this_node = env.get("SLURMD_NODENAME") or None
     on_node = this_node is not None and this_node in nodes
     cpus, cpus_source = _per_node_cpus(env, nodes, on_node, affinity_count, machine_count)
-    mem_mb, mem_source = _memory(env, cpus)
+    mem_mb, mem_source = granted_memory(env, cpus)
     gpus, gpu_type, gpus_source = _gpus(env)
     return Allocation(
         job_id=env["SLURM_JOB_ID"].strip(),

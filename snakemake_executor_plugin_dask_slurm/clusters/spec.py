@@ -1,0 +1,280 @@
+"""Plan the Dask cluster of a run: every process to start, as data (pure).
+
+The way distributed's ``SubprocessCluster`` builds a spec that ``SpecCluster`` runs: the
+functions here turn the resolved settings and what SLURM granted (or this machine has)
+into a frozen :class:`ClusterSpec` — each process's argument list, log file and the
+environment it adds, how many workers to wait for — and :class:`.base.ProcessCluster`
+only starts, watches and stops what the spec says. Nothing here reads the environment,
+starts a process or touches the network; ``tests/unit/golden/`` pins a whole plan.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import RunConfig
+from ..errors import DaskSlurmError
+from ..slurm.allocation import Allocation
+from ..slurm.argv import srun_step_command
+from ..slurm.layout import NodeGroup, WorkerLayout
+from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
+from .dask_argv import (
+    SchedulerOptions,
+    SupervisorOptions,
+    WorkerOptions,
+    scheduler_command,
+    supervised_worker_command,
+)
+from .security import RunSecurity
+
+#: Workers exit when they cannot reach the scheduler for this long.
+DEATH_TIMEOUT = 60.0
+#: How often a supervisor restarts a worker killed by a signal, with --dask-slurm-nanny.
+RESTARTS = 3
+#: srun job-step name of the worker steps, as ``squeue -s`` shows it.
+STEP_NAME = "dask-workers"
+#: The environment variable that tells the scheduler who owns it (see scheduler_preload).
+OWNER_VARIABLE = "DASK_SLURM_OWNER_PID"
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to start: what it is called, how, where its output goes, and what it
+    adds to the plugin's own environment."""
+
+    name: str
+    argv: tuple[str, ...]
+    log_path: Path
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    scheduler: ProcessSpec
+    #: Local mode: one per worker; srun mode: one srun step per node size.
+    workers: tuple[ProcessSpec, ...]
+    scheduler_file: Path
+    expected_workers: int
+    #: Where the workers' supervisors record that a dead worker's jobs are gone.
+    record_dir: Path
+    restarts_workers: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where this run's files go."""
+
+    run_dir: Path
+    scheduler_file: Path
+
+    @property
+    def logs(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def records(self) -> Path:
+        return self.run_dir / "workers"
+
+    @classmethod
+    def of(cls, config: RunConfig) -> Paths:
+        logs = config.run_dir / "logs"
+        return cls(config.run_dir, config.scheduler_file or logs / "scheduler.json")
+
+
+def file_locking_env(setting: str) -> tuple[tuple[str, str], ...]:
+    """Environment that applies --dask-slurm-file-locking (nothing for dask-default)."""
+    if setting == "dask-default":
+        return ()
+    return (("DASK_DISTRIBUTED__WORKER__USE_FILE_LOCKING", "True" if setting == "on" else "False"),)
+
+
+def dashboard_address(config: RunConfig, host: str | None) -> str | None:
+    """A free port; on loopback when the scheduler is (local mode), else all interfaces
+    so that an SSH tunnel through the login node reaches it."""
+    if not config.dashboard:
+        return None
+    return "127.0.0.1:0" if host == "127.0.0.1" else ":0"
+
+
+def scheduler_spec(
+    config: RunConfig, paths: Paths, host: str | None, python: str, owner_pid: int,
+    security: RunSecurity,
+) -> ProcessSpec:  # fmt: skip
+    opts = SchedulerOptions(
+        scheduler_file=str(paths.scheduler_file),
+        host=host,
+        interface=None if host else config.interface,
+        dashboard_address=dashboard_address(config, host),
+        extra_args=("--preload", SCHEDULER_PRELOAD_MODULE, *security.scheduler_args()),
+    )
+    return ProcessSpec(
+        "Dask scheduler",
+        tuple(scheduler_command(python, opts)),
+        paths.logs / "scheduler.log",
+        ((OWNER_VARIABLE, str(owner_pid)),),
+    )
+
+
+def worker_options(
+    config: RunConfig, paths: Paths, nthreads: int, resources: Mapping[str, float],
+    security: RunSecurity,
+) -> WorkerOptions:  # fmt: skip
+    return WorkerOptions(
+        scheduler_file=str(paths.scheduler_file),
+        nthreads=nthreads,
+        resources=tuple(sorted(resources.items())),
+        local_directory=config.local_directory,
+        interface=config.interface,
+        death_timeout=DEATH_TIMEOUT,
+        extra_args=("--preload", TASK_MODULE, *security.worker_args(), *config.worker_args),
+    )
+
+
+def supervisor_options(
+    config: RunConfig, paths: Paths, name: str | None, indexed: bool
+) -> SupervisorOptions:
+    return SupervisorOptions(
+        record_dir=str(paths.records),
+        name=name,
+        indexed=indexed,
+        restarts=RESTARTS if config.nanny else 0,
+    )
+
+
+def worker_env(config: RunConfig, owner_pid: int) -> tuple[tuple[str, str], ...]:
+    return ((OWNER_VARIABLE, str(owner_pid)), *file_locking_env(config.file_locking))
+
+
+# -- local mode -----------------------------------------------------------------------
+
+
+def local_layout(cpus: int, workers: int | None) -> tuple[int, int]:
+    """(worker processes, threads each) for ``cpus`` CPUs: one process by default."""
+    nworkers = workers or 1
+    if nworkers > cpus:
+        raise DaskSlurmError(
+            f"--dask-slurm-workers {nworkers} is more than the {cpus} CPUs of the local "
+            "Dask cluster: every worker needs at least one CPU of its own. Choose at most "
+            f"{cpus}, or give more CPUs with --dask-slurm-cpus."
+        )
+    return nworkers, max(1, cpus // nworkers)
+
+
+def local_worker_names(nworkers: int) -> list[str]:
+    return ["local"] if nworkers == 1 else [f"local-{i}" for i in range(nworkers)]
+
+
+def plan_local(
+    config: RunConfig, cpus: int, cpus_source: str, mem_mb: int | None, host: str,
+    python: str, owner_pid: int, security: RunSecurity,
+) -> ClusterSpec:  # fmt: skip
+    """A scheduler and ``--dask-slurm-workers`` supervised workers on this machine."""
+    paths = Paths.of(config)
+    nworkers, nthreads = local_layout(cpus, config.workers)
+    resources: dict[str, float] = {"cpus": nthreads}
+    if mem_mb:
+        resources["mem_mb"] = mem_mb // nworkers
+    opts = worker_options(config, paths, nthreads, resources, security)
+    workers = tuple(
+        ProcessSpec(
+            f"local Dask worker {name}",
+            tuple(
+                supervised_worker_command(
+                    python, supervisor_options(config, paths, name, False), opts
+                )
+            ),
+            paths.logs / f"worker-{name}.log",
+            worker_env(config, owner_pid),
+        )
+        for name in local_worker_names(nworkers)
+    )
+    memory = f", {mem_mb} MB memory" if mem_mb else ""
+    return ClusterSpec(
+        scheduler_spec(config, paths, host, python, owner_pid, security),
+        workers,
+        paths.scheduler_file,
+        nworkers,
+        paths.records,
+        config.nanny,
+        f"local Dask cluster: {nworkers} worker process(es) x {nthreads} thread(s) on "
+        f"this machine ({cpus} CPUs from {cpus_source}{memory})",
+    )
+
+
+# -- srun mode ------------------------------------------------------------------------
+
+
+def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
+    """What each worker of ``group`` advertises: its share of its node's grant."""
+    share = group.workers_per_node
+    resources: dict[str, float] = {"cpus": group.threads_per_worker}
+    if alloc.mem_mb:
+        by_node = dict(zip(alloc.nodes, alloc.mem_mb, strict=True))
+        resources["mem_mb"] = min(by_node[node] for node in group.nodes) // share
+    gpus = alloc.gpus_per_node or 0
+    if gpus and gpus < share:
+        raise DaskSlurmError(
+            f"Each node of {','.join(group.nodes)} has {gpus} GPU(s) but would run {share} "
+            "Dask workers, so some workers would get no GPU at all. Ask for fewer workers "
+            "(--dask-slurm-workers) or leave the count to the plugin (one per node)."
+        )
+    if gpus:
+        resources["gpus"] = gpus // share
+    return resources
+
+
+def step_log_name(index: int, group: NodeGroup) -> str:
+    return f"workers-step{index}-{group.cpus}cpus.log"
+
+
+def plan_srun(
+    config: RunConfig, alloc: Allocation, layout: WorkerLayout, host: str | None,
+    srun: str, python: str, owner_pid: int, security: RunSecurity,
+) -> ClusterSpec:  # fmt: skip
+    """A scheduler here and one srun step of supervised workers per node size."""
+    paths = Paths.of(config)
+    steps = []
+    for index, group in enumerate(layout.groups):
+        opts = worker_options(
+            config, paths, group.threads_per_worker, group_resources(group, alloc), security
+        )
+        supervisor = supervisor_options(config, paths, None, group.workers_per_node > 1)
+        payload = supervised_worker_command(python, supervisor, opts)
+        argv = srun_step_command(
+            group, job_name=STEP_NAME, srun_args=config.srun_args, payload=payload, srun=srun
+        )
+        steps.append(
+            ProcessSpec(
+                f"srun step for {','.join(group.nodes)}",
+                tuple(argv),
+                paths.logs / step_log_name(index, group),
+                worker_env(config, owner_pid),
+            )
+        )
+    return ClusterSpec(
+        scheduler_spec(config, paths, host, python, owner_pid, security),
+        tuple(steps),
+        paths.scheduler_file,
+        layout.total_workers,
+        paths.records,
+        config.nanny,
+        f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
+        f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)",
+    )
+
+
+def render(spec: ClusterSpec) -> str:
+    """The whole plan as text a user could paste: each process's command (``shlex.join``),
+    log and added environment (for the golden-file test, and for debugging)."""
+    lines = [f"# {spec.description}", f"# waits for {spec.expected_workers} worker(s)"]
+    for process in (spec.scheduler, *spec.workers):
+        lines += [
+            f"## {process.name} (log: {process.log_path})",
+            *(f"{name}={value}" for name, value in process.env),
+            shlex.join(process.argv),
+        ]
+    return "\n".join(lines) + "\n"
