@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
+from ..worker.waiting import Deadline
 from .base import (
     ClusterSource,
     SchedulerUnreachable,
@@ -51,9 +52,9 @@ class AttachCluster(ClusterSource):
             return self.address
 
         assert self.scheduler_file is not None
-        deadline = time.monotonic() + self.timeout
+        deadline = Deadline(self.timeout)
         while not (address := read_scheduler_file(self.scheduler_file)):
-            if time.monotonic() > deadline:
+            if deadline.expired:
                 raise DaskSlurmError(
                     f"The scheduler file {self.scheduler_file} does not exist or holds no "
                     f"address after {self.timeout:.0f} s. Start the scheduler first (e.g. "
@@ -101,9 +102,9 @@ class AttachCluster(ClusterSource):
 
     def _wait_for_a_worker(self) -> None:
         assert self.client is not None
-        deadline = time.monotonic() + self.timeout
+        deadline = Deadline(self.timeout)
         while worker_count(self.client) == 0:
-            if time.monotonic() > deadline:
+            if deadline.expired:
                 raise DaskSlurmError(
                     f"The Dask scheduler at {self.address or self.scheduler_file} has no "
                     f"workers after {self.timeout:.0f} s. Start some, e.g. 'dask worker "

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
+from ..worker.waiting import Deadline, wait_until
 from .process import ManagedProcess, Status, wait_for_scheduler_file
 from .security import RunSecurity
 from .spec import ClusterSpec, ProcessSpec
@@ -181,14 +182,14 @@ class ProcessCluster(ClusterSource):
                 worker.start()  # they wait for the scheduler file themselves
             address = wait_for_scheduler_file(self.scheduler_file, self.scheduler, self.timeout)
             self.client = connect(address, self.timeout, self.security)
-            self.wait_for_workers(started + self.timeout)
+            self.wait_for_workers(Deadline(self.timeout - (time.monotonic() - started)))
         except BaseException:
             self.close()
             raise
         self.bringup_seconds = time.monotonic() - started
         return self.client
 
-    def wait_for_workers(self, deadline: float) -> None:
+    def wait_for_workers(self, deadline: Deadline) -> None:
         """Wait for every expected worker, watching every process we started."""
         assert self.client is not None
         while True:
@@ -196,7 +197,7 @@ class ProcessCluster(ClusterSource):
             if count >= self.expected_workers:
                 return
             self._check_processes(count)
-            if time.monotonic() > deadline:
+            if deadline.expired:
                 raise DaskSlurmError(self.missing_workers_message(count))
             time.sleep(0.05)
 
@@ -276,11 +277,11 @@ class ProcessCluster(ClusterSource):
         # Only when all were retired: a process whose worker never registered (start-up
         # failed) would not exit by itself.
         if retired >= self.expected_workers:
-            deadline = time.monotonic() + RETIRED_EXIT_TIMEOUT
-            while time.monotonic() < deadline and any(
-                proc.status is Status.running for proc in self.workers
-            ):
-                time.sleep(0.02)
+            wait_until(
+                lambda: all(p.status is not Status.running for p in self.workers),
+                RETIRED_EXIT_TIMEOUT,
+                interval=0.02,
+            )
         self.stop_workers()
         if self.client is not None:
             close_client(self.client, self.scheduler_lost())

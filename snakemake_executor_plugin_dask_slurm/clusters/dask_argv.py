@@ -61,12 +61,12 @@ class SupervisorOptions:
     restarts: int = 0  # how often to restart a worker killed by a signal
 
 
-def _number(value: float) -> str:
+def _cli_number(value: float) -> str:
     """``4.0`` -> ``4``, ``0.5`` -> ``0.5``: Dask parses both, people read the first."""
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def format_resources(resources: Sequence[tuple[str, float]]) -> str:
+def resources_option(resources: Sequence[tuple[str, float]]) -> str:
     """``(("mem_mb", 2000), ("cpus", 4))`` -> ``cpus=4,mem_mb=2000`` (sorted by name)."""
     for name, _ in resources:
         if not name or any(c in name for c in "=, "):
@@ -74,7 +74,7 @@ def format_resources(resources: Sequence[tuple[str, float]]) -> str:
                 f"Dask resource name {name!r} cannot be passed to 'dask worker "
                 "--resources': names must be non-empty and contain no '=', ',' or space"
             )
-    return ",".join(f"{name}={_number(value)}" for name, value in sorted(resources))
+    return ",".join(f"{name}={_cli_number(value)}" for name, value in sorted(resources))
 
 
 def _option(flag: str, value: str | None) -> list[str]:
@@ -111,7 +111,7 @@ def worker_args(opts: WorkerOptions) -> list[str]:
     """The ``dask worker`` options alone, without interpreter and module."""
     if opts.nthreads < 1:
         raise ValueError(f"A Dask worker needs at least one thread, got {opts.nthreads}")
-    resources = format_resources(opts.resources) if opts.resources else None
+    resources = resources_option(opts.resources) if opts.resources else None
     return [
         "--scheduler-file",
         opts.scheduler_file,
@@ -122,7 +122,7 @@ def worker_args(opts: WorkerOptions) -> list[str]:
         *_option("--interface", opts.interface),
         "--no-nanny",
         "--death-timeout",
-        _number(opts.death_timeout),
+        _cli_number(opts.death_timeout),
         "--memory-limit",
         opts.memory_limit,
         "--dashboard" if opts.dashboard else "--no-dashboard",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -80,13 +81,13 @@ def _help_text(python: str, module: str, timeout: float) -> str:
         ) from error
     except subprocess.TimeoutExpired as error:
         raise PreflightError(
-            f"'{' '.join(command)}' did not answer within {timeout:g} s. The environment "
+            f"'{shlex.join(command)}' did not answer within {timeout:g} s. The environment "
             "may be on a slow or hung file system; try again, or raise the start-up timeout."
         ) from error
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()[-5:]
         raise PreflightError(
-            f"'{' '.join(command)}' failed with exit code {done.returncode}, so the plugin "
+            f"'{shlex.join(command)}' failed with exit code {done.returncode}, so the plugin "
             f"cannot start Dask with {python}. It said:\n  " + "\n  ".join(said) + "\n"
             f"{_install_hint(python, module)}"
         )

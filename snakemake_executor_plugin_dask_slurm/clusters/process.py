@@ -12,7 +12,7 @@ import contextlib
 import enum
 import json
 import logging
-import os
+import shlex
 import signal
 import subprocess
 import time
@@ -22,9 +22,13 @@ from pathlib import Path
 
 from ..errors import DaskSlurmError
 from ..worker.logtail import read_tail
-from ..worker.proctree import describe_exit, session_members
+from ..worker.proctree import describe_exit, send, session_members, signal_group
+from ..worker.waiting import Deadline, wait_until
 
 logger = logging.getLogger(__name__)
+
+#: Seconds to wait for a closed session's last processes to be gone (PID 1 reaps late).
+SESSION_GONE_TIMEOUT = 2.0
 
 
 class Status(enum.Enum):
@@ -43,9 +47,7 @@ def log_tail(path: Path, lines: int = 20) -> str:
 def kill_session(sid: int) -> None:
     """SIGKILL what is left of a session we created: e.g. the jobs of a worker that was
     itself killed outright, which live on in their own process groups."""
-    for pid in session_members(sid):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+    send(session_members(sid), signal.SIGKILL)
 
 
 @dataclass
@@ -62,7 +64,7 @@ class ManagedProcess:
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        logger.debug("starting %s: %s", self.name, list(self.argv))
+        logger.debug("starting %s: %s", self.name, shlex.join(self.argv))
         with open(self.log_path, "wb") as log:  # this run's lines only
             try:
                 self.proc = subprocess.Popen(
@@ -76,7 +78,7 @@ class ManagedProcess:
                 )
             except OSError as e:
                 raise DaskSlurmError(
-                    f"Could not start the {self.name}: {e}. Command: {list(self.argv)}. "
+                    f"Could not start the {self.name}: {e}. Command: {shlex.join(self.argv)}. "
                     "Check that the program exists in this environment and is executable."
                 ) from e
 
@@ -114,10 +116,8 @@ class ManagedProcess:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5.0)
         kill_session(pgid)  # a session leader's pid is also its session id
-        deadline = time.monotonic() + 2.0
         # session_members skips zombies, which PID 1 may reap only seconds later
-        while session_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not session_members(pgid), SESSION_GONE_TIMEOUT, interval=0.02)
         self._closed = True
 
     def terminate(self) -> None:
@@ -127,8 +127,7 @@ class ManagedProcess:
 
     def _signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, sig)
+        signal_group(self.proc.pid, sig)  # a session leader's pid is its group id
 
 
 def read_scheduler_file(path: Path) -> str | None:
@@ -149,7 +148,7 @@ def wait_for_scheduler_file(
     The scheduler is checked on every pass, so one that dies (a port in use, a broken
     environment) is reported at once with its log rather than after the timeout.
     """
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     while True:
         address = read_scheduler_file(path)
         if address:
@@ -161,7 +160,7 @@ def wait_for_scheduler_file(
                 "Fix what the log names (e.g. a port in use, a missing package) and run "
                 "again."
             )
-        if time.monotonic() > deadline:
+        if deadline.expired:
             raise DaskSlurmError(
                 f"The Dask scheduler did not write {path} within {timeout:.0f} s. "
                 f"Its log ({scheduler.log_path}) ends with:\n{scheduler.tail()}\n"

@@ -28,7 +28,7 @@ GPUS = "gpus"
 GPU_RESOURCE_NAMES = ("gpu", "gpus", "nvidia_gpu")
 
 
-def _number(value: Any) -> float | None:
+def _as_number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -39,11 +39,11 @@ def job_request(
 ) -> dict[str, float]:
     """The Dask resources one job asks for."""
     request = {CPUS: float(max(1, threads))}
-    mem = _number(resources.get(MEM_MB))
+    mem = _as_number(resources.get(MEM_MB))
     if MEM_MB in advertised and mem:
         request[MEM_MB] = mem
     for name in GPU_RESOURCE_NAMES:
-        gpus = _number(resources.get(name))
+        gpus = _as_number(resources.get(name))
         if gpus:
             request[GPUS] = gpus
             break
@@ -96,7 +96,7 @@ def admit(
     return None
 
 
-def format_resources(resources: Mapping[str, float]) -> str:
+def describe_resources(resources: Mapping[str, float]) -> str:
     if not resources:
         return "nothing"
     return ", ".join(f"{k}={v:g}" for k, v in sorted(resources.items()))
@@ -105,8 +105,8 @@ def format_resources(resources: Mapping[str, float]) -> str:
 def unsatisfiable_message(job_label: str, request: Mapping[str, float], capacity: Capacity) -> str:
     """Why ``request`` can never run here, and what to do about it."""
     return (
-        f"{job_label} asks for {format_resources(request)}, but no Dask worker can ever "
-        f"provide that: the largest worker offers {format_resources(capacity.largest())}. "
+        f"{job_label} asks for {describe_resources(request)}, but no Dask worker can ever "
+        f"provide that: the largest worker offers {describe_resources(capacity.largest())}. "
         "The job would wait forever, so it fails now. Lower the rule's threads or "
         "resources (e.g. --set-threads RULE=N, --set-resources RULE:mem_mb=N), or give "
         "the workers more (a bigger allocation, --dask-slurm-workers with fewer, "

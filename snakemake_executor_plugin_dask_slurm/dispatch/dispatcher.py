@@ -23,12 +23,12 @@ import collections
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..worker.task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
 from ..worker.tasks import Finished, LostWorker, TaskOutcome, TaskSpec
+from ..worker.waiting import wait_until
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -216,12 +216,7 @@ class Dispatcher:
         so that every job is reported at once, none waits out the kill's grace period
         for a worker that will never answer."""
         running = self.kill(keys)
-        deadline = time.monotonic() + KILL_GRACE_SECONDS + 2.0
-        while time.monotonic() < deadline:
-            with self._lock:
-                if not self._pending.intersection(running):
-                    break
-            time.sleep(0.05)
+        wait_until(lambda: not self._pending.intersection(running), KILL_GRACE_SECONDS + 2.0)
         with self._lock:
             left = [key for key in keys if key in self._pending]
         if not left:

@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .waiting import Deadline
+
 #: The environment variable that marks every process of a job with the job's task key.
 JOB_MARKER = "DASK_SLURM_JOB"
 _MARKER_BYTES = JOB_MARKER.encode() + b"="
@@ -132,6 +134,12 @@ def become_subreaper() -> bool:
         return False
 
 
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send ``sig`` to process group ``pgid``, if it still has members we may signal."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
 def send(pids: Iterable[int], sig: signal.Signals) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -151,7 +159,7 @@ def kill_all_below(root: int, keep: Iterable[int] = (), timeout: float = 5.0) ->
     is this process. Returns how many processes were killed."""
     kept = set(keep)
     killed: set[int] = set()
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     while True:
         table = scan()
         below = [p for p in descendants(children_of(root, table), table) if p not in kept]
@@ -160,7 +168,7 @@ def kill_all_below(root: int, keep: Iterable[int] = (), timeout: float = 5.0) ->
         live = [p for p in victims if table[p].alive]
         if root == os.getpid():
             reap(p for p in victims if not table[p].alive)
-        if not live or time.monotonic() > deadline:
+        if not live or deadline.expired:
             return len(killed)
         send(live, signal.SIGKILL)
         killed.update(live)

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from . import proctree
 from .environment import job_environment
+from .waiting import wait_until
 
 WORKER_MODULE = "distributed.cli.dask_worker"
 #: Seconds the worker gets to close after SIGTERM before it is killed.
@@ -210,12 +211,9 @@ def _waitpid(pid: int) -> tuple[int, int]:
 
 def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bool:
     """Whether ``proc`` (reaped by the main thread) ended within ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.returncode is not None or not proctree.pid_alive(proc.pid):
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_until(
+        lambda: proc.returncode is not None or not proctree.pid_alive(proc.pid), timeout
+    )
 
 
 def say(message: str) -> None:

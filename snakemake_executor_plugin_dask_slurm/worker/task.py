@@ -25,6 +25,7 @@ from typing import Any
 from . import proctree
 from .logtail import read_tail
 from .tasks import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
+from .waiting import wait_until
 
 #: Seconds between SIGTERM and SIGKILL when a job is stopped.
 KILL_GRACE_SECONDS = 3.0
@@ -152,8 +153,7 @@ def run_and_report(spec: TaskSpec) -> None:
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, sig)
+    proctree.signal_group(proc.pid, sig)  # the job's shell leads its own group
 
 
 def _kill_later(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -260,9 +260,7 @@ def _end_running_jobs(grace: float) -> None:
         procs = list(_running.values())
     for proc in procs:
         _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
-        time.sleep(0.05)
+    wait_until(lambda: all(p.poll() is not None for p in procs), grace)
     _kill_later(procs)
 
 

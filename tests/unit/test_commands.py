@@ -13,7 +13,7 @@ from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     SupervisorOptions,
     WorkerOptions,
     dask_option_names,
-    format_resources,
+    resources_option,
     scheduler_command,
     supervised_worker_command,
     worker_args,
@@ -109,13 +109,13 @@ def test_worker_args_rejects_empty_workers(nthreads: int) -> None:
     ],
 )
 def test_format_resources(resources: tuple[tuple[str, float], ...], text: str) -> None:
-    assert format_resources(resources) == text
+    assert resources_option(resources) == text
 
 
 @pytest.mark.parametrize("name", ["", "a=b", "a,b", "a b"])
 def test_format_resources_rejects_names(name: str) -> None:
     with pytest.raises(ValueError, match="cannot be passed to 'dask worker --resources'"):
-        format_resources(((name, 1),))
+        resources_option(((name, 1),))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 from snakemake_executor_plugin_dask_slurm.dispatch.admission import (
     Capacity,
     admit,
-    format_resources,
+    describe_resources,
     job_request,
     unsatisfiable_message,
 )
@@ -70,8 +70,8 @@ def test_unsatisfiable_message_names_rule_request_and_largest_worker() -> None:
 
 
 def test_format_resources() -> None:
-    assert format_resources({}) == "nothing"
-    assert format_resources({"mem_mb": 1500.0, "cpus": 2.0}) == "cpus=2, mem_mb=1500"
+    assert describe_resources({}) == "nothing"
+    assert describe_resources({"mem_mb": 1500.0, "cpus": 2.0}) == "cpus=2, mem_mb=1500"
 
 
 LOCAL = Capacity.from_workers([{"cpus": 2, "mem_mb": 24000}])
