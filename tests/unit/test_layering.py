@@ -1,0 +1,106 @@
+"""The package's layering, checked on its source (``ast``), not by review.
+
+- ``worker/`` runs inside Dask's own processes on the nodes (and worker jobs will ship it
+  there): it imports only the standard library and itself. The two exceptions are imports
+  inside a function, of the framework that hosts it: ``distributed`` (a task run by a
+  worker the plugin did not start, which has no preload) and ``tornado`` (the scheduler
+  preload's timer).
+- ``slurm/`` is SLURM knowledge: it never imports the cluster lifecycle, dispatch, the
+  reports or the executor.
+- Only named modules start processes (import ``subprocess``).
+- Importing a worker-side module imports neither Snakemake nor the rest of the plugin.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "snakemake_executor_plugin_dask_slurm"
+NAME = PACKAGE.name
+#: Imported inside functions of worker/ only, by the framework hosting that code.
+WORKER_HOSTED = {"distributed", "tornado"}
+#: The only modules that may start processes.
+SUBPROCESS_USERS = {
+    "slurm/run.py",
+    "clusters/process.py",
+    "clusters/preflight.py",
+    "worker/supervisor.py",
+    "worker/task.py",
+}
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def imports(path: Path) -> list[tuple[str, bool]]:
+    """(absolute module name, at module level?) of every import in ``path``."""
+    tree = ast.parse(path.read_text())
+    package = [NAME, *path.relative_to(PACKAGE).parent.parts]
+    top = {id(node) for node in tree.body}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, id(node) in top) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module != "__future__":
+                found.append((module, id(node) in top))
+    return found
+
+
+def part(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0]
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_point_the_right_way(path: Path) -> None:
+    where = part(path)
+    for module, at_top in imports(path):
+        root = module.split(".")[0]
+        inside = module.split(".")[1] if root == NAME and "." in module else None
+        if where == "worker":
+            allowed = (
+                root in sys.stdlib_module_names
+                or (root == NAME and inside == "worker")
+                or (not at_top and root in WORKER_HOSTED)
+            )
+            assert allowed, f"worker/{path.name} imports {module}"
+        if where == "slurm" and root == NAME:
+            assert inside not in ("clusters", "dispatch", "report", "executor"), (
+                f"slurm/{path.name} imports {module}"
+            )
+        if root == "subprocess":
+            assert str(path.relative_to(PACKAGE)) in SUBPROCESS_USERS, (
+                f"{path.relative_to(PACKAGE)} imports subprocess"
+            )
+
+
+def test_the_layering_test_sees_imports() -> None:
+    """Guard against a checker that finds nothing and so cannot fail."""
+    found = dict(imports(PACKAGE / "worker" / "task.py"))
+    assert found[f"{NAME}.worker.logtail"] is True
+    assert found["distributed"] is False  # inside run_and_report
+    assert ("subprocess", True) in imports(PACKAGE / "slurm" / "run.py")
+
+
+def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
+    worker = f"{NAME}.worker"
+    probe = (
+        f"import sys, {worker}.task, {worker}.supervisor, {worker}.scheduler_preload;"
+        f"bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"('snakemake', 'snakemake_interface_common', 'distributed', 'dask') "
+        f"or (m.startswith('{NAME}.') and not m.startswith('{NAME}.worker')));"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
