@@ -146,5 +146,14 @@ def workflow(tmp_path: Path, no_leftovers: str, request: pytest.FixtureRequest) 
     return Workflow(dest, no_leftovers)
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "workflow(name): which tests/workflows/ to copy")
+#: Test tiers by directory: tests/unit is pure (milliseconds: no process, no network),
+#: tests/component starts real processes or an in-process Dask; the rest are end to end.
+TIERS = {"unit": "unit", "component": "component"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts
+        tier = TIERS.get(parts[0]) if len(parts) > 1 else None
+        if tier:
+            item.add_marker(tier)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
@@ -245,21 +241,3 @@ def test_worker_name(
 def test_supervisor_refuses_a_worker_name_or_a_missing_separator(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(argv)
-
-
-def test_supervisor_reaches_the_real_dask_worker_help() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake_executor_plugin_dask_slurm.worker.supervisor",
-            "--worker-help",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=dict(os.environ, SLURMD_NODENAME="n9"),
-    )
-    assert done.returncode == 0, done.stderr
-    assert "--nthreads" in done.stdout
-    assert "RuntimeWarning" not in done.stderr

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import dataclasses
-from types import SimpleNamespace
 
 import pytest
 
@@ -15,9 +14,10 @@ from snakemake_executor_plugin_dask_slurm.report.messages import (
 from snakemake_executor_plugin_dask_slurm.worker.proctree import describe_exit
 from snakemake_executor_plugin_dask_slurm.worker.task import TaskOutcome
 from snakemake_executor_plugin_dask_slurm.worker.tasks import Finished
+from tests.fakes import FakeGroupJob, FakeJob
 
-JOB = SimpleNamespace(name="align", jobid=7, attempt=2, is_group=lambda: False)
-GROUP = SimpleNamespace(name="grp", rules=["b", "a", "b"], is_group=lambda: True)
+JOB = FakeJob(name="align", jobid=7, attempt=2)
+GROUP = FakeGroupJob(name="grp", rules=["b", "a", "b"])
 
 
 def test_job_label() -> None:

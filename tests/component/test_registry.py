@@ -4,7 +4,6 @@ never miss a job, reruns under a new key. Against a real in-process Dask client.
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,12 +13,13 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry, counts_by_rule
 from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+from tests.fakes import FakeJob
 
 pytestmark = pytest.mark.component
 
 
 def job(jobid: int, rule: str = "thin") -> Any:
-    return SimpleNamespace(is_group=lambda: False, name=rule, jobid=jobid, attempt=1)
+    return FakeJob(name=rule, jobid=jobid)
 
 
 def entry(tmp_path: Path, jobid: int, cpus: int) -> tuple[SubmittedJobInfo, TaskSpec, dict]:
