@@ -1,6 +1,6 @@
 """The project's SLURM test cluster, as the benchmark uses it: is it up, its env, start/stop.
 
-Everything goes through ``tests/slurm_cluster/cluster.py`` (status, env, start, stop);
+Everything goes through ``testcluster/cluster.py`` (status, env, start, stop);
 this module never touches the cluster's daemons itself.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CLUSTER_SCRIPT = REPO / "tests" / "slurm_cluster" / "cluster.py"
+CLUSTER_SCRIPT = REPO / "testcluster" / "cluster.py"
 START_HINT = f"start it with: {sys.executable} {CLUSTER_SCRIPT.relative_to(REPO)} start"
 #: Variables that would point salloc at another cluster or job.
 FOREIGN_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from testcluster import cluster
+
 if TYPE_CHECKING:  # imported by pytest_plugins below, so that pytest can rewrite its asserts
     from tests.slurm_cluster.fixtures import SlurmTestCluster
 
@@ -27,26 +29,8 @@ pytestmark = pytest.mark.slurm
 PY = sys.executable  # the nodes share this file system, so they can run it too
 
 
-def compressed_cpus(cpus: list[int]) -> str:
-    """SLURM's SLURM_JOB_CPUS_PER_NODE spelling: [4, 4, 8] -> "4(x2),8"."""
-    groups: list[list[int]] = []
-    for c in cpus:
-        if groups and groups[-1][0] == c:
-            groups[-1][1] += 1
-        else:
-            groups.append([c, 1])
-    return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in groups)
-
-
 def all_nodes(c: SlurmTestCluster) -> list[str]:
     return [f"-N{len(c.nodes)}", "--exclusive"]
-
-
-@pytest.mark.parametrize(
-    ("cpus", "expected"), [([4, 4, 8], "4(x2),8"), ([8], "8"), ([2, 4, 4, 2], "2,4(x2),2")]
-)
-def test_compressed_cpus(cpus: list[int], expected: str) -> None:
-    assert compressed_cpus(cpus) == expected
 
 
 def test_sinfo_shows_every_node_idle_with_declared_cpus(slurm_cluster: SlurmTestCluster) -> None:
@@ -63,7 +47,9 @@ def test_exclusive_allocation_reports_declared_cpus_per_node(
 ) -> None:
     proc = slurm_cluster.salloc(all_nodes(slurm_cluster), ["printenv", "SLURM_JOB_CPUS_PER_NODE"])
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == compressed_cpus([cpus for _, cpus, _ in slurm_cluster.nodes])
+    assert proc.stdout.strip() == cluster.compressed_cpus(
+        [cpus for _, cpus, _ in slurm_cluster.nodes]
+    )
 
 
 def test_each_node_task_reports_its_own_hostname(slurm_cluster: SlurmTestCluster) -> None:
@@ -137,7 +123,7 @@ def test_sbatch_runs_the_script_on_the_first_node(slurm_cluster: SlurmTestCluste
     )
     result = slurm_cluster.sbatch_and_wait(script, all_nodes(slurm_cluster), timeout=60)
     first, first_cpus, _ = slurm_cluster.nodes[0]
-    job_cpus = compressed_cpus([cpus for _, cpus, _ in slurm_cluster.nodes])
+    job_cpus = cluster.compressed_cpus([cpus for _, cpus, _ in slurm_cluster.nodes])
     assert (result.state, result.exit_code) == ("COMPLETED", "0:0")
     assert result.output.split() == [
         f"node={first}",

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from . import cluster
+from testcluster import cluster
 
 REQUIRE_ENV = "DASK_SLURM_REQUIRE_CLUSTER"
 KEEP_ENV = "DASK_SLURM_KEEP_CLUSTER"

@@ -10,10 +10,10 @@ state directory, and ``stop`` removes exactly that.
 
 Usage (as root, from the repository root)::
 
-    python tests/slurm_cluster/cluster.py start [--nodes 4,4,8]
-    eval "$(python tests/slurm_cluster/cluster.py env)"   # then salloc/sbatch/srun
-    python tests/slurm_cluster/cluster.py status
-    python tests/slurm_cluster/cluster.py stop
+    python testcluster/cluster.py start [--nodes 4,4,8]
+    eval "$(python testcluster/cluster.py env)"   # then salloc/sbatch/srun
+    python testcluster/cluster.py status
+    python testcluster/cluster.py stop
 
 Only the standard library is used, so this file runs with any Python >= 3.11.
 """
@@ -189,6 +189,17 @@ def parse_node_cpus(spec: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def compressed_cpus(cpus: Sequence[int]) -> str:
+    """SLURM's SLURM_JOB_CPUS_PER_NODE spelling: [4, 4, 8] -> "4(x2),8"."""
+    groups: list[list[int]] = []
+    for c in cpus:
+        if groups and groups[-1][0] == c:
+            groups[-1][1] += 1
+        else:
+            groups.append([c, 1])
+    return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in groups)
+
+
 def make_nodes(cpus: Sequence[int]) -> tuple[Node, ...]:
     return tuple(
         Node(name=f"n{i}", cpus=c, address=f"{SUBNET}.{10 + i}") for i, c in enumerate(cpus, 1)
@@ -248,7 +259,7 @@ def slurm_conf_text(nodes: Sequence[Node], paths: Paths) -> str:
         for n in nodes
     ]
     partition = f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
-    header = "# Written by tests/slurm_cluster/cluster.py start; removed by its stop."
+    header = "# Written by testcluster/cluster.py start; removed by its stop."
     return "\n".join([header, *settings, *node_lines, partition, ""])
 
 
