@@ -1,10 +1,10 @@
 """Turn the wrapper's timestamps into the figures: latencies, bring-up, teardown.
 
-Per job, six instants are known: ``submit`` (Snakemake handed the job to the executor,
-``run_job_pre``; from the wrapper), ``started``/``finished`` (the worker's ``run_task``
-began / returned; from the worker preload), ``noticed`` (Dask told the executor: its
-done-callback ran), ``reporting`` (the executor's status thread began its report) and
-``told`` (that report to Snakemake returned); all but the worker's from the wrapper.
+Per job, six instants are known, all from the plugin's timing hook (worker/timing.py):
+``submit`` (Snakemake handed the job to the executor, ``run_job_pre``),
+``started``/``finished`` (the worker's ``run_task`` began / returned), ``noticed`` (Dask
+told the executor: its event handler ran), ``reporting`` (the executor's status thread
+began its report) and ``told`` (that report to Snakemake returned).
 
 *Submission -> task start* counts only the time the executor adds. With ``-j unlimited``
 every job is submitted at once and most of them wait in Dask's queue for a free thread:

@@ -40,9 +40,10 @@ from workloads import Workload, check, ideal_makespan
 
 HERE = Path(__file__).resolve().parent
 WRAPPER = HERE / "instrumented_snakemake.py"
-WORKER_PRELOAD = HERE / "worker_timestamps.py"
-EVENTS_ENV = "DASK_SLURM_BENCH_EVENTS"
-WORKER_DIR_ENV = "DASK_SLURM_BENCH_WORKER_DIR"
+#: The plugin's debug hook (snakemake_executor_plugin_dask_slurm/worker/timing.py): its
+#: timing events, and each task's start and end on the workers.
+EVENTS_ENV = "DASK_SLURM_TIMING_EVENTS"
+WORKER_DIR_ENV = "DASK_SLURM_TIMING_TASKS"
 SMOKE_RULES = 50
 SMOKE_FARM_TASKS = 12
 SMOKE_PER_RULE_SNAKEMAKE_RULES = 3
@@ -172,8 +173,6 @@ class Runner:
     def argv(self, contender: Contender, run_id: str) -> list[str]:
         slots = self.cluster.cpus if self.cluster else self.plan.cores
         argv = [sys.executable, str(WRAPPER), *contender.snakemake_args(self.plan.cores, slots)]
-        if contender.dask:
-            argv += ["--dask-slurm-worker-args", f"--preload {WORKER_PRELOAD}"]
         if not self.args.profile:
             return argv
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")

@@ -44,6 +44,7 @@ from .dispatch.registry import JobRegistry, Refusal, counts_by_rule
 from .dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
 from .report.hints import speed_hint
 from .report.messages import failure_message, job_label
+from .worker import timing
 from .worker.tasks import Finished, LostWorker, TaskSpec
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -71,6 +72,8 @@ class Executor(RemoteExecutor):
         self._no_workers_since: float | None = None
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._next_health_check = 0.0
+        if timing.ON:
+            timing.record("init", time.time())
         super().__init__(workflow, logger)
 
     def __post_init__(self) -> None:
@@ -155,6 +158,9 @@ class Executor(RemoteExecutor):
             source.close()
             raise
         self._source = source
+        if timing.ON:
+            timing.record("ready", time.time(), int(sum(o.get("cpus", 0) for o in offers)))
+            timing.record("cluster_start", getattr(source, "bringup_seconds", None) or 0.0)
         self._intake = Intake(
             self._builder,
             capacity,
@@ -192,6 +198,8 @@ class Executor(RemoteExecutor):
         flush_at = 0.0
         for job in jobs:
             self.run_job_pre(job)
+            if timing.ON:
+                timing.record("submit", self.job_key(job), time.time())
             if not chunk:
                 flush_at = time.monotonic() + CHUNK_SECONDS
             chunk.append(job)
@@ -334,6 +342,14 @@ class Executor(RemoteExecutor):
             self._start_fail_run(f"the Dask cluster broke: {problem}")
 
     def _report(self, finished: Finished) -> None:
+        if timing.ON:
+            timing.record("reporting", finished.key, time.time())
+            self._report_now(finished)
+            timing.record("told", finished.key, finished.ok, time.time())
+        else:
+            self._report_now(finished)
+
+    def _report_now(self, finished: Finished) -> None:
         registry = self._registry
         job_info = registry.get(finished.key)
         if job_info is None:  # killed and forgotten during cancellation
@@ -493,6 +509,7 @@ class Executor(RemoteExecutor):
             self._dispatcher.kill(keys)
 
     def shutdown(self) -> None:
+        began = time.time()
         try:
             with self.lock:
                 self.wait = False
@@ -500,6 +517,8 @@ class Executor(RemoteExecutor):
             super().shutdown()
         finally:
             self.close_cluster()
+            if timing.ON:
+                timing.record("shutdown", began, time.time())
 
     def close_cluster(self) -> None:
         if self._closed or self._source is None:
@@ -514,4 +533,6 @@ class Executor(RemoteExecutor):
         finally:
             self._source.close()
             self._closed = True
+            if timing.ON:
+                timing.record("cluster_close", getattr(self._source, "teardown_seconds", 0.0))
         self.logger.info(f"dask-slurm: Dask cluster closed in {time.monotonic() - started:.1f} s")

@@ -23,9 +23,11 @@ import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..worker import timing
 from ..worker.task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
 from ..worker.tasks import Finished, LostWorker, TaskOutcome, TaskSpec
 from ..worker.waiting import wait_until
@@ -123,6 +125,8 @@ class Dispatcher:
     # -- completion (the client's event thread) ----------------------------------------
 
     def _finish(self, finished: Finished) -> None:
+        if timing.ON:
+            timing.record("noticed", finished.key, time.time())
         with self._lock:
             if finished.key not in self._pending:
                 return  # already finished otherwise (e.g. it ended as its worker died)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import proctree
+from . import proctree, timing
 from .logtail import read_tail
 from .tasks import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
 from .waiting import wait_until
@@ -120,6 +120,7 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
         _signal_group(proc, signal.SIGKILL)
         with _lock:
             _running.pop(spec.key, None)
+        timing.task_done(spec.key, started, time.time())
     if returncode:
         outcome = TaskOutcome(
             returncode, host, started, time.time(), read_tail(spec.log_path, TAIL_LINES)
@@ -224,6 +225,7 @@ def dask_setup(worker: Any) -> None:
     global _in_worker
     _in_worker = True
     os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
+    timing.open_task_log()
     if proctree.become_subreaper():
         stop = threading.Event()
         thread = threading.Thread(
