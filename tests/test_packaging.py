@@ -30,7 +30,10 @@ def test_discovered_from_a_normal_wheel_install(tmp_path: Path) -> None:
          "--target", str(target), str(ROOT)],
         check=True, capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
-    assert (target / "snakemake_executor_plugin_dask_slurm" / "__init__.py").exists()
+    package = target / "snakemake_executor_plugin_dask_slurm"
+    assert (package / "__init__.py").exists()
+    assert (package / "py.typed").exists(), "the wheel must mark the package as typed"
+    assert (package / "worker" / "supervisor.py").exists(), "every subpackage is in the wheel"
     # PYTHONPATH comes before the editable install's path entry, so the wheel's copy is
     # the one Snakemake's scan imports.
     code = DISCOVER + "; import snakemake_executor_plugin_dask_slurm as m; print(m.__file__)"
