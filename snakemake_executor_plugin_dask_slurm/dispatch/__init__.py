@@ -1,0 +1,3 @@
+"""One Snakemake job, one Dask task: admit it (:mod:`.admission`), build its command
+(:mod:`.job_commands`), register and hand it over (:mod:`.registry`, :mod:`.dispatcher`),
+bring back its outcome, and deal with jobs whose worker died (:mod:`.recovery`)."""
