@@ -297,6 +297,8 @@ def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         reader.join(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
     output = "".join(line for _, line in lines)
 
     def first(text: str) -> float:
