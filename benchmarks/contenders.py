@@ -90,6 +90,19 @@ CONTENDERS = (
         dask=True,
     ),
     Contender(
+        "dask-local-rec-insecure",
+        "dask-local-rec without TLS (--dask-slurm-insecure): what TLS costs",
+        (
+            "--executor",
+            "dask-slurm",
+            "--dask-slurm-cluster",
+            "local",
+            *RECOMMENDED,
+            "--dask-slurm-insecure",
+        ),
+        dask=True,
+    ),
+    Contender(
         "dask-local-general",
         "dask-slurm, local cluster, recommended settings, every rule the general way "
         "(a Snakemake per rule: --dask-slurm-no-direct-shell)",
@@ -124,6 +137,20 @@ CONTENDERS = (
         "dask-srun-rec",
         "dask-slurm, srun cluster in salloc -N3 --exclusive, recommended settings",
         ("--executor", "dask-slurm", "--dask-slurm-cluster", "srun", *RECOMMENDED),
+        in_allocation=True,
+        dask=True,
+    ),
+    Contender(
+        "dask-srun-rec-insecure",
+        "dask-srun-rec without TLS (--dask-slurm-insecure): what TLS costs",
+        (
+            "--executor",
+            "dask-slurm",
+            "--dask-slurm-cluster",
+            "srun",
+            *RECOMMENDED,
+            "--dask-slurm-insecure",
+        ),
         in_allocation=True,
         dask=True,
     ),

@@ -36,6 +36,12 @@ class RunConfig:
     direct_shell: bool
     nanny: bool
     dashboard: bool
+    #: Where the scheduler's HTTP server listens (None: loopback, a free port).
+    dashboard_address: str | None
+    #: Plain TCP instead of this run's own TLS credentials (--dask-slurm-insecure).
+    insecure: bool
+    #: attach: the TLS files given (None: the user's Dask configuration).
+    tls_files: tuple[str | None, str | None, str | None]
     #: Settings this mode cannot honour, each a sentence saying it is ignored and why.
     warnings: tuple[str, ...] = ()
 
@@ -103,6 +109,14 @@ def _check_address(address: str | None) -> None:
         )
 
 
+def _check_dashboard_address(address: str | None) -> None:
+    if address and not re.match(r"^(?:[^\s/:]*|\[[^\]]+\]):\d+$", address):
+        raise DaskSlurmError(
+            f"Invalid --dask-slurm-dashboard-address {address!r}: expected HOST:PORT or "
+            ":PORT, e.g. 127.0.0.1:8787, or :8787 for every interface."
+        )
+
+
 #: Settings that only some modes use: (flag, field, the modes that honour it).
 _MODE_SETTINGS = (
     ("--dask-slurm-workers", "workers", ("local", "srun")),
@@ -114,6 +128,11 @@ _MODE_SETTINGS = (
     ("--dask-slurm-worker-args", "worker_args", ("local", "srun")),
     ("--dask-slurm-nanny", "nanny", ("local", "srun")),
     ("--dask-slurm-no-dashboard", "no_dashboard", ("local", "srun")),
+    ("--dask-slurm-dashboard-address", "dashboard_address", ("local", "srun")),
+    ("--dask-slurm-insecure", "insecure", ("local", "srun")),
+    ("--dask-slurm-tls-ca-file", "tls_ca_file", ("attach",)),
+    ("--dask-slurm-tls-cert", "tls_cert", ("attach",)),
+    ("--dask-slurm-tls-key", "tls_key", ("attach",)),
 )
 _MODE_WORDS = {
     "local": "on the local cluster (it applies to",
@@ -146,6 +165,7 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
     _check_positive("--dask-slurm-workers", settings.workers)
     _check_positive("--dask-slurm-cpus", settings.cpus)
     _check_positive("--dask-slurm-startup-timeout", settings.startup_timeout)
+    _check_dashboard_address(settings.dashboard_address)
     cluster, reason = choose_cluster(settings.cluster, env)
     if cluster == "attach":
         _check_attach(settings)
@@ -176,5 +196,11 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         direct_shell=not settings.no_direct_shell,
         nanny=settings.nanny,
         dashboard=not settings.no_dashboard,
+        dashboard_address=settings.dashboard_address,
+        insecure=settings.insecure,
+        tls_files=tuple(  # type: ignore[arg-type]
+            str(p) if p else None
+            for p in (settings.tls_ca_file, settings.tls_cert, settings.tls_key)
+        ),
         warnings=ignored_settings(settings, cluster),
     )

@@ -32,7 +32,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .clusters.base import ClusterSource
 from .clusters.choose import check_run_dir, local_worker_cpus, make_source
-from .clusters.security import RunSecurity
+from .clusters.security import PlainTcp
 from .config import RunConfig, resolve
 from .dispatch.admission import Capacity
 from .dispatch.dispatcher import Dispatcher
@@ -100,7 +100,7 @@ class Executor(RemoteExecutor):
         # Planned (settings, allocation, preflight) now; started at the first job, so a
         # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
         self._pending_source: ClusterSource | None = make_source(
-            self.config, self.logger, given_cores, RunSecurity()
+            self.config, self.logger, given_cores
         )
         self._local_cores: int | None = None
         if self.config.cluster == "local" and given_cores is None:
@@ -153,6 +153,12 @@ class Executor(RemoteExecutor):
             capacity = Capacity.from_workers(offers)
             for line in source.summary():
                 self.logger.info(f"dask-slurm: {line}")
+            if isinstance(source.security, PlainTcp):
+                self.logger.warning(f"dask-slurm: security: {source.security.describe()}")
+            elif source.security.describe():
+                self.logger.info(f"dask-slurm: security: {source.security.describe()}")
+            for warning in source.warnings():
+                self.logger.warning(f"dask-slurm: {warning}")
             self._hint_speed(int(sum(offer.get("cpus", 0) for offer in offers)))
         except BaseException:
             source.close()

@@ -154,8 +154,55 @@ class ExecutorSettings(ExecutorSettingsBase):
     no_dashboard: bool = field(
         default=False,
         metadata={
-            "help": "Keep the Dask dashboard private: bound to loopback on a free port "
-            "(Dask's scheduler always serves one) and no link printed."
+            "help": "Do not serve the Dask dashboard's pages nor print its link. (Dask's "
+            "scheduler still runs its HTTP server, on loopback by default.)"
+        },
+    )
+    dashboard_address: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Where the scheduler serves the Dask dashboard. Default: loopback on "
+            "the scheduler's host, a free port, reached through the SSH tunnel the plugin "
+            "prints. E.g. ':8787' serves it on every interface: the dashboard has no "
+            "login, so anyone who can reach that port sees your tasks, logs and "
+            "tracebacks.",
+            "env_var": True,
+        },
+    )
+    insecure: bool = field(
+        default=False,
+        metadata={
+            "help": "Run the Dask cluster without TLS: plain, unauthenticated TCP, as "
+            "Dask does by default. Only for a machine nobody else can reach: anyone who "
+            "can connect to the scheduler can run code as you on every worker. By "
+            "default each run makes its own TLS credentials, and only its own processes "
+            "can connect.",
+            "env_var": True,
+        },
+    )
+    tls_ca_file: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "attach: CA certificate (PEM) to check a TLS scheduler with "
+            "(default: distributed.comm.tls.ca-file of your Dask configuration).",
+            "env_var": True,
+        },
+    )
+    tls_cert: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "attach: client certificate (PEM) to present to a TLS scheduler "
+            "(default: distributed.comm.tls.client.cert of your Dask configuration).",
+            "env_var": True,
+        },
+    )
+    tls_key: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "attach: private key (PEM) of --dask-slurm-tls-cert (default: "
+            "distributed.comm.tls.client.key of your Dask configuration; not needed when "
+            "the certificate file holds the key too).",
+            "env_var": True,
         },
     )
 

@@ -23,6 +23,7 @@ LOCAL_CONTENDERS = (
     "dask-local-jobs100",
     "dask-local-unlimited",
     "dask-local-rec",
+    "dask-local-rec-insecure",
 )
 #: Start a Snakemake per rule, so they run only a few rules.
 GENERAL_CONTENDERS = ("dask-local-general", "dask-local-general-exitwait")
@@ -31,6 +32,7 @@ DASK_CONTENDERS = (
     "dask-local-jobs100",
     "dask-local-unlimited",
     "dask-local-rec",
+    "dask-local-rec-insecure",
     *GENERAL_CONTENDERS,
 )
 SMOKE_WORKLOADS = (("thin", 50), ("farm", 12))

@@ -326,6 +326,8 @@ def test_attach_to_a_scheduler_the_plugin_did_not_start(workflow: Workflow) -> N
         )  # fmt: skip
         assert run.returncode == 0, run
         assert workflow.read("out/flaky.txt") == "succeeded-with-200\n"
+        # A plain-TCP scheduler works, with the warning, once.
+        assert run.output.count("does not use TLS: anyone who can reach it") == 1, run
         time.sleep(1)
         assert scheduler.poll() is None and worker.poll() is None, "attach stopped them"
     finally:

@@ -73,6 +73,7 @@ def hosts_used(workdir: Path) -> Counter[str]:
 def assert_cleaned_up(workdir: Path) -> None:
     assert not (workdir / ".snakemake/dask-slurm/logs/scheduler.json").exists()
     assert (workdir / ".snakemake/dask-slurm/logs/scheduler.log").exists(), "logs are kept"
+    assert not list((workdir / ".snakemake/dask-slurm").glob("tls-*")), "credentials are kept"
 
 
 def test_task_farm_in_salloc_uses_every_node(
@@ -327,6 +328,8 @@ def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
     assert noticed < 5, f"the plugin noticed {noticed:.1f} s after SLURM revoked the allocation"
     assert ended - revoked < 30, f"Snakemake ended {ended - revoked:.1f} s after the revocation"
     assert "Dask cluster closed in" in output[output.index("has been revoked") :], output
+    # The run's TLS credentials went with it.
+    assert not list((workdir / ".snakemake/dask-slurm").glob("tls-*"))
     # The workers on the nodes belong to the ended job: SLURM itself ends them,
     # with SIGKILL at the latest after KillWait (30 s by default).
     left = wait_until_gone(no_leftovers, str(tmp_path), timeout=45)

@@ -17,7 +17,7 @@ from .base import (
     worker_count,
 )
 from .process import read_scheduler_file
-from .security import RunSecurity
+from .security import AttachSecurity
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -35,10 +35,11 @@ class AttachCluster(ClusterSource):
         address: str | None,
         scheduler_file: Path | None,
         timeout: float,
-        security: RunSecurity,
+        security: AttachSecurity,
     ):
         self.address = address
-        self.security = security
+        self.security: AttachSecurity = security
+        self._warnings: list[str] = []
         self.scheduler_file = scheduler_file
         self.timeout = timeout
         self.client: Client | None = None
@@ -65,6 +66,9 @@ class AttachCluster(ClusterSource):
 
     def start(self) -> Client:
         address = self._address()
+        self.security.check_address(address)
+        warning = self.security.warning(address)
+        self._warnings = [warning] if warning else []
         try:
             self.client = connect(address, self.timeout, self.security)
         except SchedulerUnreachable as e:
@@ -123,6 +127,9 @@ class AttachCluster(ClusterSource):
                 "resource. Every job asks for one (its threads), so they could never run a "
                 "job. Start workers with '--resources cpus=N' (N = their --nthreads)."
             )
+
+    def warnings(self) -> list[str]:
+        return self._warnings
 
     def close(self) -> None:
         if self.client is not None:

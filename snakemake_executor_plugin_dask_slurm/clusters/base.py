@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
+from ..report.hints import dashboard_hint
 from ..worker.waiting import Deadline, wait_until
 from .process import ManagedProcess, Status, wait_for_scheduler_file
 from .security import RunSecurity
@@ -67,6 +68,12 @@ class ClusterSource(ABC):
     record_dir: Path | None = None
     #: Whether a worker that dies is started again (--dask-slurm-nanny).
     restarts_workers: bool = False
+    #: How the plugin's client (and the processes it starts) authenticate.
+    security: RunSecurity
+
+    def warnings(self) -> list[str]:
+        """What the user must be told once the cluster is up (at WARNING)."""
+        return []
 
     def problem(self) -> str | None:
         """Why the cluster can no longer run any job, from what can be seen without asking
@@ -128,11 +135,18 @@ class SchedulerUnreachable(DaskSlurmError):
     """Nothing answers at the scheduler's address."""
 
 
-def connect(address: str, timeout: float, security: RunSecurity) -> Client:
-    """A client for ``address``; the one place connection options (security) are set."""
+def connect(
+    address: str, timeout: float, security: RunSecurity, probe_first: bool = True
+) -> Client:
+    """A client for ``address``; the one place connection options (security) are set.
+
+    ``probe_first``: fail at once if nothing listens (for a scheduler somebody else runs;
+    a TLS scheduler logs the probe as a failed handshake, so the plugin's own scheduler,
+    whose process it watches, is not probed)."""
     from distributed import Client
 
-    probe(address, timeout)
+    if probe_first:
+        probe(address, timeout)
     try:
         return Client(address, timeout=timeout, set_as_default=False, security=security.client())
     except OSError as e:
@@ -142,11 +156,20 @@ def connect(address: str, timeout: float, security: RunSecurity) -> Client:
         ) from e
 
 
-def dashboard_link(client: Client) -> str | None:
-    """The dashboard's address, or None when the scheduler runs none."""
-    if "dashboard" not in client.scheduler_info(n_workers=0).get("services", {}):
+def dashboard_line(client: Client, bind_address: str | None) -> str | None:
+    """Where the dashboard is and how to reach it, or None when the scheduler serves none.
+    ``bind_address`` is --dask-slurm-dashboard-address (None: loopback)."""
+    port = client.scheduler_info(n_workers=0).get("services", {}).get("dashboard")
+    if port is None:
         return None
-    return client.dashboard_link
+    bound = (bind_address or "127.0.0.1:0").rpartition(":")[0].strip("[]")
+    return dashboard_hint(
+        int(port),
+        bound,
+        socket.gethostname(),
+        os.environ.get("SLURM_SUBMIT_HOST"),
+        client.dashboard_link,
+    )
 
 
 def worker_count(client: Client) -> int:
@@ -177,11 +200,13 @@ class ProcessCluster(ClusterSource):
             self.scheduler_file.unlink()  # a stale file would look ready at once
         clear_records(self.record_dir)  # a stale record could vouch for a live job
         try:
+            self.security.prepare()
             self.scheduler.start()
             for worker in self.workers:
                 worker.start()  # they wait for the scheduler file themselves
             address = wait_for_scheduler_file(self.scheduler_file, self.scheduler, self.timeout)
-            self.client = connect(address, self.timeout, self.security)
+            self.security.check_address(address)
+            self.client = connect(address, self.timeout, self.security, probe_first=False)
             self.wait_for_workers(Deadline(self.timeout - (time.monotonic() - started)))
         except BaseException:
             self.close()
@@ -256,6 +281,16 @@ class ProcessCluster(ClusterSource):
             proc.terminate()
         for proc in self.workers:
             proc.close(STOP_TIMEOUT)
+
+    #: --dask-slurm-no-dashboard unset, and --dask-slurm-dashboard-address.
+    show_dashboard = True
+    dashboard_bind: str | None = None
+
+    def dashboard_lines(self) -> list[str]:
+        if self.client is None or not self.show_dashboard:
+            return []
+        line = dashboard_line(self.client, self.dashboard_bind)
+        return [line] if line else []
 
     def worker_hint(self) -> str:
         """What to try when workers do not come up (overridden per source)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from .attach import AttachCluster
 from .base import ClusterSource
 from .local import LocalProcessCluster
 from .network import check_bindable, choose_scheduler_host
-from .security import RunSecurity
+from .security import AttachSecurity, PlainTcp, RunCredentials, RunSecurity
 from .spec import local_layout
 
 
@@ -46,18 +47,40 @@ def local_mem_mb(cpus: int) -> tuple[int, str]:
     return MEMORY_LIMIT // 2**20, "memory this process may use (cgroup/machine)"
 
 
-def make_source(
-    config: RunConfig, logger: Any, cores: int | None, security: RunSecurity
-) -> ClusterSource:
+def run_security(config: RunConfig, seconds_left: float | None) -> RunSecurity:
+    """This run's own TLS credentials, valid for ``seconds_left`` (None: not known), or
+    plain TCP with --dask-slurm-insecure. Nothing is written until the cluster starts."""
+    if config.insecure:
+        return PlainTcp()
+    lifetime = datetime.timedelta(seconds=seconds_left) if seconds_left is not None else None
+    return RunCredentials.for_run(config.run_dir, lifetime)
+
+
+def attach_security(config: RunConfig) -> AttachSecurity:
+    """The TLS files the settings name (each checked now), else the Dask configuration's."""
+    names = ("--dask-slurm-tls-ca-file", "--dask-slurm-tls-cert", "--dask-slurm-tls-key")
+    for name, path in zip(names, config.tls_files, strict=True):
+        if path and not os.access(path, os.R_OK):
+            raise DaskSlurmError(
+                f"{name} {path}: the file does not exist or cannot be read. Name the PEM "
+                "file the scheduler's administrator gave you."
+            )
+    return AttachSecurity(*config.tls_files)
+
+
+def make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSource:
     """The cluster this run uses, planned and checked, not started."""
     if config.cluster == "attach":
         return AttachCluster(
-            config.scheduler_address, config.scheduler_file, config.startup_timeout, security
+            config.scheduler_address,
+            config.scheduler_file,
+            config.startup_timeout,
+            attach_security(config),
         )
     if config.cluster == "srun":
         from .srun import SrunCluster
 
-        return SrunCluster.from_environment(config, security)
+        return SrunCluster.from_environment(config, lambda left: run_security(config, left))
     cpus, cpus_source = local_cpus(config, cores)
     mem_mb, _ = local_mem_mb(cpus)
     if in_allocation(os.environ):
@@ -68,7 +91,7 @@ def make_source(
     host, _ = choose_scheduler_host(config.interface, config.scheduler_host, None, False)
     check_bindable(host)
     cluster = LocalProcessCluster.plan(
-        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", security
+        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", run_security(config, None)
     )
     cluster.preflight()
     return cluster

@@ -23,13 +23,15 @@ WORKER_MODULE = "distributed.cli.dask_worker"
 
 @dataclass(frozen=True)
 class SchedulerOptions:
-    """What the scheduler is told; ``dashboard_address`` None means no dashboard."""
+    """What the scheduler is told. Its HTTP server (``dashboard_address``) runs even
+    without the dashboard's Bokeh pages (``dashboard`` False)."""
 
     scheduler_file: str
     host: str | None = None
     interface: str | None = None
     port: int = 0  # 0: a free port, so two runs on one login node cannot collide
-    dashboard_address: str | None = ":0"
+    dashboard: bool = True
+    dashboard_address: str = "127.0.0.1:0"
     extra_args: tuple[str, ...] = ()
 
 
@@ -43,11 +45,17 @@ class WorkerOptions:
     resources: tuple[tuple[str, float], ...] = ()
     local_directory: str | None = None
     interface: str | None = None
+    #: The address the worker listens on (local mode: the scheduler's, e.g. loopback);
+    #: None: every interface, as Dask does (srun mode, where the scheduler must reach it).
+    host: str | None = None
     death_timeout: float = 60.0
     # "0" turns off Dask's memory management: rule jobs are child processes whose memory
     # the worker does not count, so its limit would only mislead.
     memory_limit: str = "0"
-    dashboard: bool = False  # one dashboard per worker is rarely wanted and opens ports
+    dashboard: bool = False  # one dashboard per worker is rarely wanted
+    # Each worker serves HTTP (health, metrics, profiles) even without a dashboard:
+    # unauthenticated, so on loopback only.
+    dashboard_address: str = "127.0.0.1:0"
     extra_args: tuple[str, ...] = ()
 
 
@@ -89,9 +97,11 @@ def scheduler_command(python: str, opts: SchedulerOptions) -> list[str]:
             f"The scheduler can bind to a host ({opts.host}) or an interface "
             f"({opts.interface}), not both: set only one of them."
         )
-    # distributed 2026.8's scheduler CLI accepts --no-dashboard but ignores it, and would
-    # serve the dashboard on :8787 of every interface: keep it on loopback, random port.
-    dashboard = ["--dashboard-address", opts.dashboard_address or "127.0.0.1:0"]
+    # The scheduler's HTTP server runs even with --no-dashboard (which only drops the
+    # Bokeh pages), on :8787 of every interface unless told otherwise.
+    dashboard = ["--dashboard-address", opts.dashboard_address]
+    if not opts.dashboard:
+        dashboard.append("--no-dashboard")
     return [
         python,
         "-m",
@@ -120,12 +130,15 @@ def worker_args(opts: WorkerOptions) -> list[str]:
         *_option("--resources", resources),
         *_option("--local-directory", opts.local_directory),
         *_option("--interface", opts.interface),
+        *_option("--host", opts.host),
         "--no-nanny",
         "--death-timeout",
         _cli_number(opts.death_timeout),
         "--memory-limit",
         opts.memory_limit,
         "--dashboard" if opts.dashboard else "--no-dashboard",
+        "--dashboard-address",
+        opts.dashboard_address,
         *opts.extra_args,
     ]
 

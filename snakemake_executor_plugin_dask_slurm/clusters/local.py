@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ..config import RunConfig
 from ..worker import SUPERVISOR_MODULE
 from ..worker.supervisor import sweep
-from .base import ProcessCluster, dashboard_link
+from .base import ProcessCluster
 from .dask_argv import dask_option_names
 from .preflight import check_dask_cli
 from .security import RunSecurity
@@ -39,9 +39,8 @@ class LocalProcessCluster(ProcessCluster):
         )
         cluster = cls(spec, config.startup_timeout, security)
         cluster.show_dashboard = config.dashboard
+        cluster.dashboard_bind = config.dashboard_address
         return cluster
-
-    show_dashboard = True
 
     def preflight(self) -> None:
         """Check the Dask CLI accepts every option, before starting anything."""
@@ -58,8 +57,5 @@ class LocalProcessCluster(ProcessCluster):
         return f"the plugin ended {sweep(keys)} process(es) of them on this machine"
 
     def summary(self) -> list[str]:
-        lines = [f"Dask: {self.description}; logs in {self.spec.scheduler.log_path.parent}"]
-        link = dashboard_link(self.client) if self.client and self.show_dashboard else None
-        if link:
-            lines.append(f"Dask dashboard: {link}")
-        return lines
+        logs = self.spec.scheduler.log_path.parent
+        return [f"Dask: {self.description}; logs in {logs}", *self.dashboard_lines()]

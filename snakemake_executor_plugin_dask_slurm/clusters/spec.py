@@ -92,12 +92,15 @@ def file_locking_env(setting: str) -> tuple[tuple[str, str], ...]:
     return (("DASK_DISTRIBUTED__WORKER__USE_FILE_LOCKING", "True" if setting == "on" else "False"),)
 
 
-def dashboard_address(config: RunConfig, host: str | None) -> str | None:
-    """A free port; on loopback when the scheduler is (local mode), else all interfaces
-    so that an SSH tunnel through the login node reaches it."""
-    if not config.dashboard:
-        return None
-    return "127.0.0.1:0" if host == "127.0.0.1" else ":0"
+#: Where the Dask HTTP servers (dashboard, /info pages, metrics: all unauthenticated)
+#: listen unless --dask-slurm-dashboard-address says otherwise: loopback, a free port.
+LOOPBACK_ANY_PORT = "127.0.0.1:0"
+
+
+def dashboard_address(config: RunConfig) -> str:
+    """The scheduler's HTTP server: it always runs (``--no-dashboard`` only drops the
+    Bokeh pages), so it is kept on loopback unless the user binds it elsewhere."""
+    return config.dashboard_address or LOOPBACK_ANY_PORT
 
 
 def scheduler_spec(
@@ -108,20 +111,21 @@ def scheduler_spec(
         scheduler_file=str(paths.scheduler_file),
         host=host,
         interface=None if host else config.interface,
-        dashboard_address=dashboard_address(config, host),
+        dashboard=config.dashboard,
+        dashboard_address=dashboard_address(config),
         extra_args=("--preload", SCHEDULER_PRELOAD_MODULE, *security.scheduler_args()),
     )
     return ProcessSpec(
         "Dask scheduler",
         tuple(scheduler_command(python, opts)),
         paths.logs / "scheduler.log",
-        ((OWNER_VARIABLE, str(owner_pid)),),
+        ((OWNER_VARIABLE, str(owner_pid)), *security.env()),
     )
 
 
 def worker_options(
     config: RunConfig, paths: Paths, nthreads: int, resources: Mapping[str, float],
-    security: RunSecurity,
+    security: RunSecurity, host: str | None = None,
 ) -> WorkerOptions:  # fmt: skip
     return WorkerOptions(
         scheduler_file=str(paths.scheduler_file),
@@ -129,6 +133,7 @@ def worker_options(
         resources=tuple(sorted(resources.items())),
         local_directory=config.local_directory,
         interface=config.interface,
+        host=None if config.interface else host,
         death_timeout=DEATH_TIMEOUT,
         extra_args=("--preload", TASK_MODULE, *security.worker_args(), *config.worker_args),
     )
@@ -145,8 +150,14 @@ def supervisor_options(
     )
 
 
-def worker_env(config: RunConfig, owner_pid: int) -> tuple[tuple[str, str], ...]:
-    return ((OWNER_VARIABLE, str(owner_pid)), *file_locking_env(config.file_locking))
+def worker_env(
+    config: RunConfig, owner_pid: int, security: RunSecurity
+) -> tuple[tuple[str, str], ...]:
+    return (
+        (OWNER_VARIABLE, str(owner_pid)),
+        *file_locking_env(config.file_locking),
+        *security.env(),
+    )
 
 
 # -- local mode -----------------------------------------------------------------------
@@ -178,7 +189,8 @@ def plan_local(
     resources: dict[str, float] = {"cpus": nthreads}
     if mem_mb:
         resources["mem_mb"] = mem_mb // nworkers
-    opts = worker_options(config, paths, nthreads, resources, security)
+    # The workers listen where the scheduler does (loopback unless told otherwise).
+    opts = worker_options(config, paths, nthreads, resources, security, host)
     workers = tuple(
         ProcessSpec(
             f"local Dask worker {name}",
@@ -188,7 +200,7 @@ def plan_local(
                 )
             ),
             paths.logs / f"worker-{name}.log",
-            worker_env(config, owner_pid),
+            worker_env(config, owner_pid, security),
         )
         for name in local_worker_names(nworkers)
     )
@@ -252,7 +264,7 @@ def plan_srun(
                 f"srun step for {','.join(group.nodes)}",
                 tuple(argv),
                 paths.logs / step_log_name(index, group),
-                worker_env(config, owner_pid),
+                worker_env(config, owner_pid, security),
             )
         )
     return ClusterSpec(

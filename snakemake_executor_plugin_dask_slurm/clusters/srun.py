@@ -15,8 +15,7 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Mapping, Sequence
-from urllib.parse import urlparse
+from collections.abc import Callable, Mapping, Sequence
 
 from ..config import RunConfig
 from ..slurm.allocation import Allocation, read_allocation, with_node_memory
@@ -28,11 +27,12 @@ from ..slurm.run import (
     scontrol_hostnames,
     scontrol_job_state,
     scontrol_node_memory,
+    scontrol_time_left,
 )
 from ..slurm.run import run as slurm_run
 from ..slurm.states import allocation_ended
 from ..worker import SUPERVISOR_MODULE
-from .base import ProcessCluster, dashboard_link
+from .base import ProcessCluster
 from .dask_argv import dask_option_names
 from .network import check_bindable, choose_scheduler_host
 from .preflight import check_dask_cli
@@ -61,9 +61,13 @@ class SrunCluster(ProcessCluster):
     """A scheduler on this host and one srun step of workers per node size."""
 
     @classmethod
-    def from_environment(cls, config: RunConfig, security: RunSecurity) -> SrunCluster:
+    def from_environment(
+        cls, config: RunConfig, make_security: Callable[[float | None], RunSecurity]
+    ) -> SrunCluster:
         """Read the allocation, plan the workers (:func:`.spec.plan_srun`), check the
-        scheduler's address and the Dask CLI: everything before anything starts."""
+        scheduler's address and the Dask CLI: everything before anything starts.
+        ``make_security`` gets the allocation's seconds left (credentials live no longer
+        than it can)."""
         import dask.system
 
         env: Mapping[str, str] = os.environ
@@ -85,6 +89,10 @@ class SrunCluster(ProcessCluster):
             alloc.this_node_is_allocated,
         )
         check_bindable(host[0])
+        seconds_left = None
+        if commands.scontrol:
+            seconds_left = scontrol_time_left(commands.scontrol, alloc.job_id, SCONTROL_TIMEOUT)
+        security = make_security(seconds_left)
         spec = plan_srun(
             config, alloc, layout, host[0], commands.srun, sys.executable, os.getpid(), security
         )
@@ -92,6 +100,7 @@ class SrunCluster(ProcessCluster):
         cluster.alloc, cluster.layout, cluster.host = alloc, layout, host
         cluster.srun, cluster.scontrol = commands.srun, commands.scontrol
         cluster.show_dashboard = config.dashboard
+        cluster.dashboard_bind = config.dashboard_address
         cluster.preflight()
         return cluster
 
@@ -100,7 +109,6 @@ class SrunCluster(ProcessCluster):
     host: tuple[str | None, str]
     srun: str
     scontrol: str | None = None
-    show_dashboard = True
 
     def preflight(self) -> None:
         """Check the Dask CLI accepts every option, before starting anything."""
@@ -171,19 +179,4 @@ class SrunCluster(ProcessCluster):
             f"all {self.expected_workers} workers registered in {self.bringup_seconds or 0:.1f} s"
             f"; logs in {self.spec.scheduler.log_path.parent}",
         ]
-        link = dashboard_link(self.client) if self.client and self.show_dashboard else None
-        if link:
-            lines.append(dashboard_hint(link))
-        return lines
-
-
-def dashboard_hint(link: str) -> str:
-    """The dashboard address and the SSH tunnel that reaches it from a laptop."""
-    url = urlparse(link)
-    here = socket.gethostname()
-    port = url.port or 8787
-    return (
-        f"Dask dashboard: {link} ; from your laptop: ssh -N -L {port}:{url.hostname}:{port} "
-        f"{here} (through your site's login node if {here} is not reachable), then open "
-        f"http://localhost:{port}{url.path}"
-    )
+        return lines + self.dashboard_lines()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..errors import DaskSlurmError
 from .allocation import parse_node_memory
 from .states import GONE, parse_job_state
+from .walltime import time_left
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,14 @@ def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str,
     if done.returncode != 0:
         return (GONE, "None") if "Invalid job id" in done.stderr else None
     return parse_job_state(done.stdout)
+
+
+def scontrol_time_left(scontrol: str, job_id: str, timeout: float) -> float | None:
+    """Seconds ``job_id`` has left by SLURM's clock; None without a limit or an answer."""
+    done = ask([scontrol, "show", "job", "-o", job_id], timeout)
+    if done is None or done.returncode != 0:
+        return None
+    return time_left(done.stdout)
 
 
 def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) -> dict[str, int]:

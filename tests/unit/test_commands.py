@@ -25,14 +25,27 @@ SCHED = [PY, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s
 @pytest.mark.parametrize(
     ("opts", "tail"),
     [
-        (SchedulerOptions("/run/s.json"), ["--port", "0", "--dashboard-address", ":0"]),
+        (SchedulerOptions("/run/s.json"), ["--port", "0", "--dashboard-address", "127.0.0.1:0"]),
         (
-            SchedulerOptions("/run/s.json", host="10.77.0.1", port=8786, dashboard_address=None),
-            ["--host", "10.77.0.1", "--port", "8786", "--dashboard-address", "127.0.0.1:0"],
+            SchedulerOptions("/run/s.json", host="10.77.0.1", port=8786, dashboard=False),
+            [
+                "--host",
+                "10.77.0.1",
+                "--port",
+                "8786",
+                "--dashboard-address",
+                "127.0.0.1:0",
+                "--no-dashboard",
+            ],
         ),
         (
-            SchedulerOptions("/run/s.json", interface="ib0", extra_args=("--preload", "m")),
-            ["--interface", "ib0", "--port", "0", "--dashboard-address", ":0", "--preload", "m"],
+            SchedulerOptions(
+                "/run/s.json",
+                interface="ib0",
+                dashboard_address=":8787",
+                extra_args=("--preload", "m"),
+            ),
+            ["--interface", "ib0", "--port", "0", "--dashboard-address", ":8787", "--preload", "m"],
         ),
     ],
 )
@@ -52,6 +65,8 @@ WORKER_DEFAULT_TAIL = [
     "--memory-limit",
     "0",
     "--no-dashboard",
+    "--dashboard-address",
+    "127.0.0.1:0",
 ]
 
 
@@ -79,7 +94,7 @@ WORKER_DEFAULT_TAIL = [
                 *("--resources", "cpus=2,mem_mb=2000"),
                 *("--local-directory", "/tmp/dask", "--interface", "ib0", "--no-nanny"),
                 *("--death-timeout", "7.5", "--memory-limit", "4GB", "--dashboard"),
-                *("--preload", "pkg.mod"),
+                *("--dashboard-address", "127.0.0.1:0", "--preload", "pkg.mod"),
             ],
         ),
     ],
@@ -214,6 +229,7 @@ def test_dask_option_names() -> None:
         "--death-timeout",
         "--memory-limit",
         "--no-dashboard",
+        "--dashboard-address",
         "--preload",
         "--tls-cert",
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.clusters.security import RunSecurity
+from snakemake_executor_plugin_dask_slurm.clusters.security import PlainTcp, RunCredentials
 from snakemake_executor_plugin_dask_slurm.clusters.spec import (
     Paths,
     dashboard_address,
@@ -39,7 +39,8 @@ def config(**changes: object) -> RunConfig:
         scheduler_address=None, run_dir=Path("/work/run"), interface=None,
         scheduler_host=None, local_directory=None, file_locking="dask-default",
         startup_timeout=120.0, srun_args=(), worker_args=(), direct_shell=True,
-        nanny=False, dashboard=True,
+        nanny=False, dashboard=True, dashboard_address=None, insecure=False,
+        tls_files=(None, None, None),
     )  # fmt: skip
     values.update(changes)
     return RunConfig(**values)  # type: ignore[arg-type]
@@ -48,7 +49,8 @@ def config(**changes: object) -> RunConfig:
 def srun_plan_text(cfg: RunConfig) -> str:
     alloc = read_allocation(ALLOCATION, ["n1", "n2", "n3"], 2, 2)
     layout = plan_layout(alloc, cfg.workers)
-    spec = plan_srun(cfg, alloc, layout, "10.77.0.1", "/usr/bin/srun", PY, 4242, RunSecurity())
+    security = RunCredentials(Path("/work/run/tls-login1-4242"))
+    spec = plan_srun(cfg, alloc, layout, "10.77.0.1", "/usr/bin/srun", PY, 4242, security)
     return render(spec)
 
 
@@ -73,7 +75,7 @@ def test_the_plan_for_a_4_4_8_allocation_is_what_the_golden_file_says(
 
 def test_the_local_plan() -> None:
     spec = plan_local(
-        config(cluster="local", workers=2), 4, "test", 8000, "127.0.0.1", PY, 7, RunSecurity()
+        config(cluster="local", workers=2), 4, "test", 8000, "127.0.0.1", PY, 7, PlainTcp()
     )
     assert spec.expected_workers == 2
     assert [w.name for w in spec.workers] == [
@@ -112,9 +114,29 @@ def test_group_resources_share_a_node_and_refuse_workers_without_a_gpu() -> None
 def test_file_locking_and_dashboard_settings() -> None:
     assert file_locking_env("dask-default") == ()
     assert file_locking_env("off") == (("DASK_DISTRIBUTED__WORKER__USE_FILE_LOCKING", "False"),)
-    assert dashboard_address(config(), "127.0.0.1") == "127.0.0.1:0"
-    assert dashboard_address(config(), "10.0.0.1") == ":0"
-    assert dashboard_address(config(dashboard=False), None) is None
+    assert dashboard_address(config()) == "127.0.0.1:0"
+    assert dashboard_address(config(dashboard_address=":8787")) == ":8787"
+
+
+def test_plain_tcp_adds_nothing_and_tls_names_files_only() -> None:
+    alloc = read_allocation(ALLOCATION, ["n1", "n2", "n3"], 2, 2)
+    layout = plan_layout(alloc, None)
+    plain = plan_srun(config(), alloc, layout, None, "srun", PY, 1, PlainTcp())
+    assert not any("tls" in arg for p in (plain.scheduler, *plain.workers) for arg in p.argv)
+    assert plain.scheduler.env == (("DASK_SLURM_OWNER_PID", "1"),)
+    security = RunCredentials(Path("/r/tls-h-1"))
+    tls = plan_srun(config(), alloc, layout, None, "srun", PY, 1, security)
+    scheduler = tls.scheduler.argv
+    assert scheduler[scheduler.index("--protocol") + 1] == "tls"
+    for process in (tls.scheduler, *tls.workers):
+        argv = list(process.argv)
+        assert argv[argv.index("--tls-key") + 1] == "/r/tls-h-1/run-key.pem"
+        assert argv[argv.index("--tls-cert") + 1] == "/r/tls-h-1/run-ca-and-cert.pem"
+        assert argv[argv.index("--tls-ca-file") + 1] == "/r/tls-h-1/run-ca-and-cert.pem"
+        assert ("DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION", "True") in process.env
+    for worker in tls.workers:  # the workers' own HTTP servers: loopback
+        argv = list(worker.argv)
+        assert argv[argv.index("--dashboard-address") + 1] == "127.0.0.1:0"
 
 
 def test_paths() -> None:

@@ -52,6 +52,8 @@ def test_srun_outside_an_allocation_says_how_to_get_one() -> None:
         ),
         (ExecutorSettings(scheduler_address="tcp://a:1"), "only applies to --dask-slurm-cl"),
         (ExecutorSettings(srun_args="--x 'unclosed"), "Cannot split --dask-slurm-srun-args"),
+        (ExecutorSettings(dashboard_address="8787"), "expected HOST:PORT or :PORT"),
+        (ExecutorSettings(dashboard_address="http://h:1"), "expected HOST:PORT or :PORT"),
     ],
 )  # fmt: skip
 def test_invalid_settings_are_refused_with_the_valid_choices(
@@ -68,6 +70,29 @@ def test_resolve_defaults() -> None:
     assert (config.direct_shell, config.nanny, config.dashboard) == (True, False, True)
     assert config.srun_args == () and config.worker_args == ()
     assert config.startup_timeout == 120.0
+    # Secure by default: TLS (not insecure), the dashboard on loopback (no address).
+    assert (config.insecure, config.dashboard_address) == (False, None)
+    assert config.tls_files == (None, None, None)
+
+
+def test_security_settings_and_where_they_apply() -> None:
+    config = resolve(ExecutorSettings(insecure=True, dashboard_address=":8787"), {}, Path("/wd"))
+    assert (config.insecure, config.dashboard_address) == (True, ":8787")
+    assert config.warnings == ()
+    attach = ExecutorSettings(
+        cluster="attach", scheduler_address="tls://h:1", insecure=True,
+        tls_ca_file=Path("/ca.pem"), tls_cert=Path("/c.pem"), tls_key=Path("/k.pem"),
+    )  # fmt: skip
+    config = resolve(attach, {}, Path("/wd"))
+    assert config.tls_files == ("/ca.pem", "/c.pem", "/k.pem")
+    assert config.warnings == (
+        "--dask-slurm-insecure is ignored when attaching to a scheduler the plugin does "
+        "not start (it applies to local mode and srun mode).",
+    )
+    local = resolve(ExecutorSettings(tls_cert=Path("/c.pem")), {}, Path("/wd"))
+    assert local.warnings == (
+        "--dask-slurm-tls-cert is ignored on the local cluster (it applies to attach mode).",
+    )
 
 
 def test_resolve_splits_extra_arguments_like_a_shell_without_running_one() -> None:

@@ -1,0 +1,288 @@
+"""Secure by default, on the embedded local cluster: during a real run, only the run's own
+processes can use its Dask cluster (a plain-TCP client, a TLS client with other
+credentials and a ``dask worker`` without the run's credentials are all turned away, and
+the run goes on unharmed); the credentials are private files, never in a command line or
+an environment, gone after the run however it ends; the dashboard is the real one, on
+loopback. The SLURM side (probes from another node) is in tests/test_slurm_security.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from snakemake_executor_plugin_dask_slurm.clusters.security import CLOCK_SKEW, DEFAULT_LIFETIME
+from tests.appenders import check_outputs
+from tests.conftest import VENV_BIN, Workflow, live_processes
+from tests.intruders import (
+    foreign_credentials,
+    key_secrets,
+    leaks,
+    listening,
+    start_worker,
+    try_client,
+)
+
+pytestmark = pytest.mark.e2e
+
+COUNT, STEPS = 4, 16  # 8 s a job, two at a time: ~16 s of run to probe
+
+
+def wait_for(
+    what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], out: Path
+) -> None:
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert proc.poll() is None, f"{what}: Snakemake ended:\n{out.read_text()}"
+        assert time.monotonic() < deadline, f"{what}: not within 120 s:\n{out.read_text()}"
+        time.sleep(0.1)
+
+
+def credential_dirs(workdir: Path) -> list[Path]:
+    return sorted((workdir / ".snakemake" / "dask-slurm").glob("tls-*"))
+
+
+@pytest.mark.workflow("appenders")
+def test_only_the_runs_own_processes_can_use_its_cluster(
+    workflow: Workflow, tmp_path: Path
+) -> None:
+    out = tmp_path / "snakemake.out"
+    argv = [
+        str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "4",
+        "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}",
+    ]  # fmt: skip
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            argv, cwd=workflow.path, env=workflow.env(), stdout=sink, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    intruders: list[subprocess.Popen[bytes]] = []
+    try:
+        scheduler_file = workflow.path / ".snakemake/dask-slurm/logs/scheduler.json"
+        wait_for("the first job", lambda: (workflow.path / "events.log").exists(), proc, out)
+        made = datetime.datetime.now(datetime.UTC)
+        address = json.loads(scheduler_file.read_text())["address"]
+        assert address.startswith("tls://127.0.0.1:"), address
+
+        # The credentials: one private directory of private files.
+        (creds,) = credential_dirs(workflow.path)
+        assert creds.name == f"tls-{socket.gethostname()}-{proc.pid}"
+        assert stat.S_IMODE(creds.stat().st_mode) == 0o700
+        files = sorted(p.name for p in creds.iterdir())
+        assert files == ["run-ca-and-cert.pem", "run-key.pem"]
+        assert all(stat.S_IMODE((creds / f).stat().st_mode) == 0o600 for f in files)
+        cert_path, key_path = str(creds / "run-ca-and-cert.pem"), str(creds / "run-key.pem")
+        cert = x509.load_pem_x509_certificate((creds / "run-ca-and-cert.pem").read_bytes())
+        # Valid from an hour before the run (clock drift) for DEFAULT_LIFETIME outside SLURM.
+        start = cert.not_valid_before_utc + CLOCK_SKEW
+        assert abs((start - made).total_seconds()) < 60, cert.not_valid_before_utc
+        assert cert.not_valid_after_utc - start == DEFAULT_LIFETIME
+
+        # Turned away: plain TCP on the same port, TLS with other credentials.
+        plain = try_client(address.replace("tls://", "tcp://"), None)
+        assert plain["connected"] is False, plain
+        fcert, fkey = foreign_credentials(tmp_path / "other-user")
+        foreign = try_client(address, (fcert, fcert, fkey))
+        assert foreign["connected"] is False, foreign
+        # Workers started by hand without the run's credentials never join.
+        intruders = [
+            start_worker(address.replace("tls://", "tcp://"), tmp_path / "w1.log", None),
+            start_worker(address, tmp_path / "w2.log", (fcert, fkey)),
+        ]
+        time.sleep(5)
+        # Whoever holds the run's files (the user's own processes) gets in, and sees only
+        # the run's worker.
+        own = try_client(address, (cert_path, cert_path, key_path))
+        assert own == {"connected": True, "workers": ["local"]}, own
+
+        # No key material in any command line or environment the plugin started.
+        pids = [proc.pid] + [pid for pid, _ in live_processes(workflow.token, str(tmp_path))]
+        assert len(pids) >= 4, pids  # Snakemake, scheduler, supervisor, worker, jobs
+        assert leaks(pids, key_secrets((creds / "run-key.pem").read_bytes())) == []
+
+        # The dashboard: the real Bokeh pages, on loopback; the workers' HTTP too.
+        text = out.read_text()
+        link = re.search(r"Dask dashboard: http://127\.0\.0\.1:(\d+)/status on (\S+)", text)
+        assert link and link[2] == socket.gethostname(), text
+        port = int(link[1])
+        assert f"ssh -N -L {port}:127.0.0.1:{port} {socket.gethostname()}'" in text, text
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as page:
+            body = page.read().decode()
+        assert page.status == 200 and "bokeh" in body.lower(), body[:500]
+        assert "needs bokeh" not in body.lower()
+        for pid, cmd in live_processes(workflow.token, str(tmp_path)):
+            if "distributed.cli.dask_" in cmd and "intruder" not in cmd:
+                assert all(ip == "127.0.0.1" for ip, _ in listening(pid)), (cmd, listening(pid))
+        assert "security: mutual TLS with credentials made for this run" in text
+    finally:
+        for intruder in intruders:
+            intruder.kill()
+            intruder.wait()
+        code = proc.wait(timeout=180)
+    assert code == 0, out.read_text()
+    check_outputs(workflow.path, COUNT, STEPS)
+    assert credential_dirs(workflow.path) == []
+
+
+@pytest.mark.workflow("appenders")
+def test_credentials_are_gone_after_failure_and_sigterm(workflow: Workflow) -> None:
+    # A failing job ends the run.
+    failed = workflow.snakemake(
+        "--jobs", "2", "--config", f"token={workflow.token}", "count=2", "steps=1",
+        "killer=0",  # job 0 kills its worker every time: the run fails
+    )  # fmt: skip
+    assert failed.returncode != 0, failed
+    assert credential_dirs(workflow.path) == [], failed
+    # SIGTERM (SLURM's time limit) while jobs run.
+    argv = [
+        str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2",
+        "--config", f"token={workflow.token}", "count=2", "steps=60", "pause=1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=workflow.path, env=workflow.env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not credential_dirs(workflow.path) or not (workflow.path / "out/1.txt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0 and "SIGTERM received" in output, output
+    assert credential_dirs(workflow.path) == [], output
+
+
+@pytest.mark.workflow("appenders")
+def test_a_run_killed_outright_leaves_credentials_that_the_next_run_removes(
+    workflow: Workflow,
+) -> None:
+    # What SIGKILL of Snakemake leaves: a directory named for a process that is gone.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = workflow.path / ".snakemake/dask-slurm" / f"tls-{socket.gethostname()}-{gone.pid}"
+    stale.mkdir(parents=True, mode=0o700)
+    (stale / "run-key.pem").write_text("stale")
+    # A directory of a live process (another run on this host) is left alone.
+    live = stale.with_name(f"tls-{socket.gethostname()}-{os.getpid()}")
+    live.mkdir(mode=0o700)
+    run = workflow.snakemake(
+        "--jobs", "2", "--config", f"token={workflow.token}", "count=2", "steps=1"
+    )  # fmt: skip
+    assert run.returncode == 0, run
+    assert credential_dirs(workflow.path) == [live], run
+
+
+def test_insecure_runs_plain_tcp_and_says_what_it_gives_away(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    (tmp_path / "Snakefile").write_text(
+        f'rule a:\n    output: "a.txt"\n    shell: "echo ok > {{output}} # {no_leftovers}"\n'
+    )
+    env = {**os.environ, "DASK_SLURM_TEST_TOKEN": no_leftovers}
+    env.pop("SLURM_JOB_ID", None)
+    proc = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1",
+         "--dask-slurm-insecure"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "plain TCP without authentication (--dask-slurm-insecure)" in out
+    assert "any process that can reach the scheduler can run code as you" in out
+    log = (tmp_path / ".snakemake/dask-slurm/logs/scheduler.log").read_text()
+    assert re.search(r"Scheduler at:\s+tcp://127\.0\.0\.1:\d+", log), log
+    assert not list((tmp_path / ".snakemake/dask-slurm").glob("tls-*"))
+
+
+def test_attach_to_a_tls_scheduler_with_credentials_from_settings_or_dask_config(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.clusters.security import make_credentials
+
+    now = datetime.datetime.now(datetime.UTC)
+    key, cert = make_credentials(now, now + datetime.timedelta(hours=1))
+    (tmp_path / "site.key").write_bytes(key)
+    (tmp_path / "site.pem").write_bytes(cert)
+    tls = ["--tls-ca-file", str(tmp_path / "site.pem"), "--tls-cert",
+           str(tmp_path / "site.pem"), "--tls-key", str(tmp_path / "site.key")]  # fmt: skip
+    sched_file = tmp_path / "scheduler.json"
+    python = str(VENV_BIN / "python")
+    env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "0"}
+    env.pop("SLURM_JOB_ID", None)
+    scheduler = subprocess.Popen(
+        [python, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(sched_file),
+         "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0", *tls],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [python, "-m", "distributed.cli.dask_worker", "--scheduler-file", str(sched_file),
+         "--nthreads", "1", "--resources", "cpus=1", "--no-dashboard", *tls],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    (tmp_path / "Snakefile").write_text(
+        f'rule a:\n    output: "a.txt"\n    shell: "echo ok > {{output}} # {no_leftovers}"\n'
+    )
+
+    def attach(*args: str, extra: dict[str, str] | None = None) -> tuple[int, str]:
+        (tmp_path / "a.txt").unlink(missing_ok=True)
+        done = subprocess.run(
+            [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1",
+             "--dask-slurm-cluster", "attach", "--dask-slurm-scheduler-file", str(sched_file),
+             *args],
+            cwd=tmp_path, env={**env, **(extra or {})}, capture_output=True, text=True,
+            timeout=240,
+        )  # fmt: skip
+        return done.returncode, done.stdout + done.stderr
+
+    try:
+        deadline = time.monotonic() + 60
+        while not sched_file.exists():
+            assert scheduler.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        assert json.loads(sched_file.read_text())["address"].startswith("tls://")
+        # Without credentials: one message saying how to give them, at once.
+        code, out = attach()
+        assert code != 0 and "uses TLS, and no credentials to connect with" in out, out
+        assert "--dask-slurm-tls-ca-file" in out and "distributed.comm.tls.ca-file" in out
+        # With the settings.
+        code, out = attach(
+            "--dask-slurm-tls-ca-file", str(tmp_path / "site.pem"),
+            "--dask-slurm-tls-cert", str(tmp_path / "site.pem"),
+            "--dask-slurm-tls-key", str(tmp_path / "site.key"),
+        )  # fmt: skip
+        assert code == 0 and (tmp_path / "a.txt").read_text() == "ok\n", out
+        assert "does not use TLS" not in out
+        # With the user's Dask configuration (here through its environment variables).
+        code, out = attach(
+            extra={
+                "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(tmp_path / "site.pem"),
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT": str(tmp_path / "site.pem"),
+                "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY": str(tmp_path / "site.key"),
+            }
+        )
+        assert code == 0 and (tmp_path / "a.txt").read_text() == "ok\n", out
+        # A file that is not there is named before anything connects.
+        code, out = attach("--dask-slurm-tls-cert", str(tmp_path / "missing.pem"))
+        assert code != 0 and "missing.pem: the file does not exist or cannot be read" in out
+    finally:
+        for p in (worker, scheduler):
+            p.terminate()
+            p.wait(30)

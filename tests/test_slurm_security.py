@@ -1,0 +1,142 @@
+"""Secure by default inside a real allocation of the project's SLURM test cluster: during a
+run on three nodes, processes on another node (its own network namespace) without the
+run's credentials cannot use the cluster, nor reach the dashboard or the workers' HTTP
+servers; no command line or environment of any process the plugin started (scheduler,
+srun steps, supervisors, workers) holds key material; the certificate lives no longer
+than the allocation; and every output is right."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from cryptography import x509
+
+from snakemake_executor_plugin_dask_slurm.clusters.security import CLOCK_SKEW
+from tests.appenders import check_outputs, started
+from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+from tests.intruders import (
+    can_connect,
+    foreign_credentials,
+    key_secrets,
+    leaks,
+    listening,
+    start_worker,
+    try_client,
+)
+
+if TYPE_CHECKING:
+    from tests.slurm_cluster.fixtures import SlurmTestCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+COUNT, STEPS = 12, 60  # 30 s a job, all at once on 16 CPUs
+
+
+def node_of(pid: int) -> str:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    found = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"SLURMD_NODENAME=")]
+    return found[0] if found else ""
+
+
+def test_another_nodes_processes_cannot_use_the_runs_cluster(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = tmp_path / "appenders"
+    shutil.copytree(WORKFLOWS / "appenders", workdir)
+    out = tmp_path / "salloc.out"
+    argv = [
+        "salloc", f"--job-name=sec-{no_leftovers}", "-N3", "--exclusive", "--time=30",
+        f"--chdir={workdir}", str(VENV_BIN / "snakemake"), "--executor", "dask-slurm",
+        "--jobs", "100", "--config", f"token={no_leftovers}", f"count={COUNT}",
+        f"steps={STEPS}",
+    ]  # fmt: skip
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            argv, env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    other = "dask-slurm-n2"  # another node's network namespace
+    addresses = {name: address for name, _, address in slurm_cluster.nodes}
+    intruders: list[subprocess.Popen[bytes]] = []
+    try:
+        run_dir = workdir / ".snakemake/dask-slurm"
+        deadline = time.monotonic() + 120
+        while started(workdir) < COUNT:  # every job runs: the cluster is all up
+            assert proc.poll() is None, out.read_text()
+            assert time.monotonic() < deadline, out.read_text()
+            time.sleep(0.2)
+        address = json.loads((run_dir / "logs/scheduler.json").read_text())["address"]
+        assert address.startswith(f"tls://{slurm_cluster.login_address}:"), address
+        (creds,) = run_dir.glob("tls-*")
+        cert_path, key_path = str(creds / "run-ca-and-cert.pem"), str(creds / "run-key.pem")
+
+        # No longer than the allocation (30 minutes, some seconds of it gone).
+        cert = x509.load_pem_x509_certificate(Path(cert_path).read_bytes())
+        lifetime = cert.not_valid_after_utc - (cert.not_valid_before_utc + CLOCK_SKEW)
+        assert datetime.timedelta(minutes=29) < lifetime <= datetime.timedelta(minutes=30)
+
+        # From another node: plain TCP, other credentials, workers without ours.
+        plain = try_client(address.replace("tls://", "tcp://"), None, netns=other)
+        assert plain["connected"] is False, plain
+        fcert, fkey = foreign_credentials(tmp_path / "other-user")
+        foreign = try_client(address, (fcert, fcert, fkey), netns=other)
+        assert foreign["connected"] is False, foreign
+        intruders = [
+            start_worker(address.replace("tls://", "tcp://"), tmp_path / "w1.log", None, other),
+            start_worker(address, tmp_path / "w2.log", (fcert, fkey), other),
+        ]
+        time.sleep(5)
+        own = try_client(address, (cert_path, cert_path, key_path), netns=other)
+        assert own == {"connected": True, "workers": ["n1", "n2", "n3"]}, own
+
+        # Key material: in no command line or environment of the plugin's processes.
+        ours = [pid for pid, _ in live_processes(no_leftovers, str(tmp_path))]
+        ours = [pid for pid in ours if "intruder" not in Path(f"/proc/{pid}/cmdline").read_text()]
+        commands = " ".join(Path(f"/proc/{pid}/cmdline").read_text() for pid in ours)
+        for kind in ("dask_scheduler", "srun", "worker.supervisor", "dask_worker"):
+            assert kind in commands, (kind, commands)
+        assert leaks(ours, key_secrets(Path(key_path).read_bytes())) == []
+
+        # The dashboard: the real page on the scheduler host's loopback, nothing from
+        # another node; the printed tunnel names this host and the port.
+        text = out.read_text()
+        link = re.search(r"Dask dashboard: http://127\.0\.0\.1:(\d+)/status on (\S+)", text)
+        assert link and link[2] == socket.gethostname(), text
+        port = int(link[1])
+        assert re.search(rf"'ssh -N -L {port}:127\.0\.0\.1:{port} (-J \S+ )?{link[2]}'", text)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as page:
+            assert page.status == 200 and "bokeh" in page.read().decode().lower()
+        assert not can_connect(slurm_cluster.login_address, port, netns=other)
+
+        # Each worker's own HTTP server: loopback of its node, not reachable from here.
+        workers = [pid for pid in ours if "dask_worker" in Path(f"/proc/{pid}/cmdline").read_text()]
+        assert sorted(node_of(pid) for pid in workers) == ["n1", "n2", "n3"]
+        for pid in workers:
+            node = node_of(pid)
+            http = [p for ip, p in listening(pid) if ip == "127.0.0.1"]
+            assert len(http) == 1, listening(pid)
+            assert not can_connect(addresses[node], http[0]), (node, http)
+    finally:
+        for intruder in intruders:
+            intruder.kill()
+            intruder.wait()
+        try:
+            proc.wait(timeout=180)
+        finally:
+            if proc.poll() is None:
+                slurm_cluster.run(["scancel", f"--name=sec-{no_leftovers}"])
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, out.read_text()
+    check_outputs(workdir, COUNT, STEPS)
+    assert not list((workdir / ".snakemake/dask-slurm").glob("tls-*"))
