@@ -5,7 +5,7 @@ worker it expects has registered, and ``close()``s whatever it started (and noth
 else). :class:`ProcessCluster` is the shared lifecycle of the sources that start their
 own scheduler and workers as processes (local and srun): start all, wait for the
 scheduler file, wait for every worker while watching every process, and tear down in
-order (retire workers, stop worker processes, stop the scheduler, remove the scheduler
+order (close workers through the scheduler, stop worker processes, stop the scheduler, remove the scheduler
 file, keep the logs).
 """
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
 from ..report.hints import dashboard_hint
+from ..worker.scheduler_preload import CLOSE_WORKERS_HANDLER
 from ..worker.waiting import Deadline, wait_until
 from .process import ManagedProcess, Status, wait_for_scheduler_file
 from .security import RunSecurity
@@ -328,20 +329,17 @@ class ProcessCluster(ClusterSource):
         self.teardown_seconds = time.monotonic() - started
 
     def _retire_workers(self) -> int:
-        """Ask the scheduler to retire and close every worker; how many it retired."""
+        """Ask the scheduler to close every worker (through the plugin's scheduler
+        preload: Dask's retire_workers keeps a worker that holds task results); how many
+        it asked."""
         client: Any = self.client
         try:
-            # Named, or Dask's heuristic picks only idle workers: none on Ctrl-C.
-            info = client.sync(client.scheduler.identity, n_workers=-1, callback_timeout=2)
-            retired = client.sync(
-                client.scheduler.retire_workers,
-                workers=list(info["workers"]),
-                close_workers=True,
-                callback_timeout=RETIRE_TIMEOUT,
+            asked = client.sync(
+                getattr(client.scheduler, CLOSE_WORKERS_HANDLER), callback_timeout=RETIRE_TIMEOUT
             )
-            return len(retired)
+            return len(asked)
         except Exception as e:  # the processes are stopped next either way
-            logger.debug("retiring workers failed: %s", e)
+            logger.debug("closing workers failed: %s", e)
             return 0
 
 

@@ -10,6 +10,10 @@
   case it cannot: the Snakemake process itself killed outright (SIGKILL, a crashed
   interpreter). The owner's PID comes in ``DASK_SLURM_OWNER_PID``; once this process's
   parent is no longer that PID, the scheduler closes, and its workers follow.
+- **Teardown closes every worker at once** (the ``dask_slurm_close_workers`` handler).
+  Dask's ``retire_workers`` first moves a worker's task results elsewhere and refuses to
+  retire the last worker while it holds any (results of the last jobs, not yet released):
+  the plugin needs none of them, so it asks each worker to close, and each exits by itself.
 """
 
 from __future__ import annotations
@@ -25,8 +29,21 @@ def owner_gone(owner: int) -> bool:
     return os.getppid() != owner
 
 
+#: The scheduler RPC the plugin's teardown calls.
+CLOSE_WORKERS_HANDLER = "dask_slurm_close_workers"
+
+
+def close_workers(scheduler: Any) -> list[str]:
+    """Ask every worker to close now; the addresses asked."""
+    workers = list(scheduler.workers)
+    for address in workers:
+        scheduler.close_worker(address)
+    return workers
+
+
 def dask_setup(scheduler: Any) -> None:
     scheduler.allowed_failures = 0
+    scheduler.handlers[CLOSE_WORKERS_HANDLER] = lambda: close_workers(scheduler)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:
         return
