@@ -89,7 +89,7 @@ def test_task_farm_in_salloc_uses_every_node(
     assert "CPUs per node 4,4,8 (from SLURM_JOB_CPUS_PER_NODE=4(x2),8)" in out
     assert "2 node(s) of 4 CPUs (n1,n2): 1 worker(s) x 4 thread(s)" in out
     assert "1 node(s) of 8 CPUs (n3): 1 worker(s) x 8 thread(s)" in out
-    assert "scheduler on" in out and "tcp://10.77.0.1:" in out, "not on the nodes' route"
+    assert "scheduler on" in out and "tls://10.77.0.1:" in out, "not on the nodes' route"
     assert "ssh -N -L" in out
     assert_cleaned_up(workdir)
     # After a normal end the retired workers exit by themselves, unsignalled.
@@ -134,7 +134,7 @@ def test_inside_an_sbatch_script(
     assert result.state == "COMPLETED", output
     assert "batch-host=n1" in output
     # On an allocated node the scheduler listens on the route to the other nodes.
-    assert "at tcp://10.77.0.11:" in output
+    assert "at tls://10.77.0.11:" in output
     assert "address on the route to n2 (this process runs on an allocated node" in output
     assert set(hosts_used(workdir)) == {"n1", "n2", "n3"}
     assert_cleaned_up(workdir)

@@ -5,8 +5,8 @@ worker it expects has registered, and ``close()``s whatever it started (and noth
 else). :class:`ProcessCluster` is the shared lifecycle of the sources that start their
 own scheduler and workers as processes (local and srun): start all, wait for the
 scheduler file, wait for every worker while watching every process, and tear down in
-order (close workers through the scheduler, stop worker processes, stop the scheduler, remove the scheduler
-file, keep the logs).
+order (close workers through the scheduler, stop worker processes, stop the scheduler,
+remove the scheduler file and the credentials, keep the logs).
 """
 
 from __future__ import annotations
