@@ -7,7 +7,8 @@ Two ways, both correct:
   formatted command is run with the same shell, strict-mode prefix, suffix and
   ``*_NUM_THREADS`` / ``TMPDIR`` variables as Snakemake's ``shell()``.
 * **general** — everything else: Snakemake's own job command (``format_job_exec``), a
-  fresh Snakemake that runs the job, in the workflow's working directory.
+  fresh Snakemake that runs the job, in the workflow's working directory; a group job's
+  through :mod:`.group_runner`.
 
 This is the one module that reads Snakemake internals beyond the executor interface
 (``rule.shellcmd``, ``job.prepare()``, ``snakemake.shell.shell``); Snakemake is pinned
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import dis
 import string
+import sys
 from collections import ChainMap
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from snakemake.utils import QuotedFormatter, SequenceFormatter
 
 from ..worker.tasks import SYSTEM_TMPDIR, TaskSpec
 from .eligibility import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
+from .group_runner import MODULE as GROUP_RUNNER
 
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
@@ -243,6 +246,14 @@ def shell_argv(command: str, wrapper: tuple[str, str, str]) -> tuple[str, ...]:
     return (executable, "-c", " ".join((prefix, command, suffix)).strip())
 
 
+def with_group_runner(command: str, python: str) -> str:
+    """Snakemake's job command for a group, run through :mod:`.group_runner` (a race in
+    Snakemake's pipe groups can hang the group's own Snakemake for ever). Only when the
+    command runs ``python``, this interpreter, which has the plugin; else as it is."""
+    head, found, tail = command.partition(f"{python} -m snakemake ")
+    return f"{head}{python} -m {GROUP_RUNNER} {tail}" if found else command
+
+
 async def prepare_all(jobs: Sequence[Any]) -> list[BaseException | None]:
     """``job.prepare()`` for every job, in one event-loop run; each job's error or None."""
     results = await asyncio.gather(*(job.prepare() for job in jobs), return_exceptions=True)
@@ -326,7 +337,10 @@ class JobCommandBuilder:
                 "(--target-jobs splits on ',' and strips quotes at either end of a value), "
                 "and this job cannot run the direct way"
             )
-        argv = (GENERAL_SHELL, "-c", self.format_job_exec(job))
+        command = self.format_job_exec(job)
+        if job.is_group():
+            command = with_group_runner(command, sys.executable)
+        argv = (GENERAL_SHELL, "-c", command)
         spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), None)
         return spec, "general"
 

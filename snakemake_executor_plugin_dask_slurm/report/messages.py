@@ -19,6 +19,13 @@ LOST_TWICE = (
 )
 
 
+#: Starts every quoted line of a job's output. A general-way job's output ends with its own
+#: Snakemake's report of the same failure ("Error in rule ...", "Shutting down", "Exiting
+#: because a job execution failed"): unmarked, it read as this Snakemake's own, the failure
+#: seemed reported twice and a run still waiting for another job seemed finished (issue 16).
+QUOTE = "  | "
+
+
 def job_label(job: Any) -> str:
     if job.is_group():
         return f"group job {job.name} ({', '.join(sorted(set(job.rules)))})"
@@ -41,7 +48,7 @@ def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> st
     if outcome.start_error:
         return f"{label} could not be started on {outcome.host}: {outcome.start_error}. Log: {log}"
     what = describe_exit(outcome.returncode)
-    tail = outcome.tail.strip() or "(no output)"
+    tail = "\n".join(QUOTE + line for line in (outcome.tail.strip() or "(no output)").splitlines())
     return (
         f"{label} {what} on {outcome.host} after {outcome.finished - outcome.started:.1f} s "
         f"(run the {way} way). Last lines of its output:\n{tail}\nFull log: {log}\n"

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from snakemake_executor_plugin_dask_slurm.dispatch.group_runner import MODULE as GROUP_RUNNER
 from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import (
     shell_argv,
     shell_wrapper,
     thread_environment,
+    with_group_runner,
 )
 
 
@@ -33,3 +35,14 @@ def test_thread_environment() -> None:
         "VECLIB_MAXIMUM_THREADS": "3",
         "NUMEXPR_NUM_THREADS": "3",
     }
+
+
+def test_group_jobs_start_their_snakemake_through_the_group_runner() -> None:
+    python = "/venv/bin/python3"
+    command = f"export A='1' && {python} -m snakemake --snakefile S --mode remote"
+    assert with_group_runner(command, python) == (
+        f"export A='1' && {python} -m {GROUP_RUNNER} --snakefile S --mode remote"
+    )
+    # Another interpreter may not have the plugin: the command is left as it is.
+    other = "python -m snakemake --snakefile S"
+    assert with_group_runner(other, python) == other

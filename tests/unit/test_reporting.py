@@ -44,7 +44,7 @@ def test_failure_message_has_rule_code_host_tail_and_log() -> None:
     outcome = TaskOutcome(3, "n2", 10.0, 12.5, "line a\nline b")
     msg = failure_message(JOB, Finished("k", False, outcome=outcome), "direct", "/abs/x.log")
     assert msg.startswith("rule align (jobid 7, attempt 2) exited with code 3 on n2 after 2.5 s")
-    assert "Last lines of its output:\nline a\nline b\n" in msg
+    assert "Last lines of its output:\n  | line a\n  | line b\n" in msg
     assert msg.endswith("Full log: /abs/x.log\n")
 
 
