@@ -38,6 +38,10 @@ class RunConfig:
     dashboard: bool
     #: Where the scheduler's HTTP server listens (None: loopback, a free port).
     dashboard_address: str | None
+    #: Seconds before the allocation's end to land at (0: the clock is not watched).
+    landing_margin: float
+    #: Seconds added to a job's expected duration when placing it.
+    runtime_margin: float
     #: Plain TCP instead of this run's own TLS credentials (--dask-slurm-insecure).
     insecure: bool
     #: attach: the TLS files given (None: the user's Dask configuration).
@@ -165,6 +169,12 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
     _check_positive("--dask-slurm-workers", settings.workers)
     _check_positive("--dask-slurm-cpus", settings.cpus)
     _check_positive("--dask-slurm-startup-timeout", settings.startup_timeout)
+    for option, value in (
+        ("--dask-slurm-landing-margin", settings.landing_margin),
+        ("--dask-slurm-runtime-margin", settings.runtime_margin),
+    ):
+        if value < 0:
+            raise DaskSlurmError(f"{option} must be 0 or more seconds, got {value}.")
     _check_dashboard_address(settings.dashboard_address)
     cluster, reason = choose_cluster(settings.cluster, env)
     if cluster == "attach":
@@ -198,6 +208,8 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         dashboard=not settings.no_dashboard,
         dashboard_address=settings.dashboard_address,
         insecure=settings.insecure,
+        landing_margin=float(settings.landing_margin),
+        runtime_margin=float(settings.runtime_margin),
         tls_files=tuple(  # type: ignore[arg-type]
             str(p) if p else None
             for p in (settings.tls_ca_file, settings.tls_cert, settings.tls_key)

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -39,14 +40,20 @@ from .dispatch.dispatcher import Dispatcher
 from .dispatch.health import no_worker_problem
 from .dispatch.intake import Intake
 from .dispatch.job_commands import JobCommandBuilder, requote_job_args
+from .dispatch.landing import AllocationClock
 from .dispatch.recovery import Gone, Recovery, decide
 from .dispatch.registry import JobRegistry, Refusal, counts_by_rule
 from .dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
+from .dispatch.walltime import Clock, duration_text
 from .report.hints import speed_hint
 from .report.messages import failure_message, job_label
+from .slurm.run import find_slurm_commands, scontrol_time_left
+from .slurm.walltime import allocation_end
 from .worker import timing
 from .worker.tasks import Finished, LostWorker, TaskSpec
 
+#: Seconds to wait for scontrol's answer about the time left.
+SCONTROL_TIMEOUT = 10.0
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
 #: Seconds between checks that the cluster's processes are still alive.
@@ -72,6 +79,7 @@ class Executor(RemoteExecutor):
         self._no_workers_since: float | None = None
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._next_health_check = 0.0
+        self._clock: AllocationClock | None = None
         if timing.ON:
             timing.record("init", time.time())
         super().__init__(workflow, logger)
@@ -167,17 +175,79 @@ class Executor(RemoteExecutor):
         if timing.ON:
             timing.record("ready", time.time(), int(sum(o.get("cpus", 0) for o in offers)))
             timing.record("cluster_start", getattr(source, "bringup_seconds", None) or 0.0)
+        self._clock = self._watch_clock()
         self._intake = Intake(
             self._builder,
             capacity,
             cap=self.config.cluster == "local",
             key_of=self.job_key,
             note=lambda line: self.logger.info(f"dask-slurm: {line}"),
+            check_time=self._clock.check if self._clock else None,
         )
         self._recovery = Recovery(
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
         self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
+
+    def _watch_clock(self) -> AllocationClock | None:
+        """Inside an allocation: its end (one question to SLURM), the landing thread, and
+        SIGUSR1 to land at once. None outside SLURM or with --dask-slurm-landing-margin 0."""
+        job_id = os.environ.get("SLURM_JOB_ID")
+        if not job_id or self.config.landing_margin <= 0:
+            return None
+        scontrol = find_slurm_commands().scontrol
+
+        def time_left() -> float | None:
+            return scontrol_time_left(scontrol, job_id, SCONTROL_TIMEOUT) if scontrol else None
+
+        now = time.time()
+        found = allocation_end(os.environ, time_left(), now)
+        clock, margin = None, self.config.landing_margin
+        if found is not None:
+            end, source = found
+            # A short allocation scales both margins down, so that it still does work.
+            margin = min(margin, max(0.0, end - now) / 4)
+            safety = self.config.runtime_margin * margin / self.config.landing_margin
+            clock = Clock(end, margin, safety, source)
+            shortened = (
+                f" (a quarter of the time left, less than --dask-slurm-landing-margin "
+                f"{self.config.landing_margin:g}; --dask-slurm-runtime-margin scaled alike)"
+                if margin < self.config.landing_margin
+                else ""
+            )
+            self.logger.info(
+                f"dask-slurm: allocation {job_id} ends in {duration_text(end - now)}, at "
+                f"{time.strftime('%H:%M:%S', time.localtime(end))} on every node (from "
+                f"{source}): the run lands {duration_text(margin)} before, at "
+                f"{time.strftime('%H:%M:%S', time.localtime(end - margin))}{shortened}, and "
+                "a job starts only if it can finish by then; SIGUSR1 lands it at once"
+            )
+        else:
+            self.logger.info(
+                f"dask-slurm: allocation {job_id} has no time limit SLURM could tell: no "
+                "landing point; SIGUSR1 (e.g. sbatch --signal=USR1@120) lands the run"
+            )
+        watch = AllocationClock(
+            clock,
+            margin,
+            time_left if scontrol else None,
+            self._registry,
+            self._stop_jobs,
+            self._exit_gracefully,
+            lambda line: self.logger.warning(f"dask-slurm: {line}"),
+        )
+        if threading.current_thread() is threading.main_thread():
+            request = watch.watch.request
+            signal.signal(signal.SIGUSR1, lambda signum, frame: request("SIGUSR1 received"))
+        watch.watch.start()
+        return watch
+
+    def _exit_gracefully(self) -> None:
+        """Snakemake schedules nothing more and ends once its running jobs are reported
+        (what its own SIGTERM handler does)."""
+        scheduler = getattr(self.workflow, "scheduler", None)
+        if scheduler is not None:
+            scheduler.exit_gracefully()
 
     def _hint_speed(self, cpus: int) -> None:
         """A hint only where a setting the user chose still caps throughput."""
@@ -228,6 +298,8 @@ class Executor(RemoteExecutor):
         stopping, lost = self._registry.hand_over(
             entries, self.report_job_submission, self._dispatcher.submit_many
         )
+        if stopping and self._clock is not None:
+            self._clock.not_started(key for info, _ in stopping if (key := info.external_jobid))
         for job_info, msg in refused + stopping:
             self.report_job_submission(job_info, register_job=False)
             self.report_job_error(job_info, msg=msg)
@@ -362,6 +434,8 @@ class Executor(RemoteExecutor):
             return
         if finished.ok:
             registry.pop(finished.key)
+            if self._clock is not None:
+                self._clock.learn(job_info.job.name, finished.seconds)
             self.report_job_success(job_info)
             return
         if registry.fatal:
@@ -523,6 +597,9 @@ class Executor(RemoteExecutor):
             super().shutdown()
         finally:
             self.close_cluster()
+            landed = self._clock.summary(shlex.join(sys.argv)) if self._clock else None
+            if landed:
+                self.logger.warning(f"dask-slurm: {landed}")
             if timing.ON:
                 timing.record("shutdown", began, time.time())
 
@@ -531,6 +608,8 @@ class Executor(RemoteExecutor):
             return
         started = time.monotonic()
         try:
+            if self._clock is not None:
+                self._clock.watch.close()
             if self._recovery is not None:
                 self._recovery.close()
             keys = self._registry.keys()

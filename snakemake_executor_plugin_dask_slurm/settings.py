@@ -169,6 +169,26 @@ class ExecutorSettings(ExecutorSettingsBase):
             "env_var": True,
         },
     )
+    landing_margin: int = field(
+        default=120,
+        metadata={
+            "help": "Inside an allocation with a time limit: seconds before its end at which "
+            "the run lands (no new jobs; running jobs that cannot finish are stopped and "
+            "their outputs removed; Snakemake ends normally, so the same command continues "
+            "in a new allocation). Covers SLURM's KillWait (30 s by default). At most a "
+            "quarter of the time left at start. 0: do not watch the clock.",
+            "env_var": True,
+        },
+    )
+    runtime_margin: int = field(
+        default=30,
+        metadata={
+            "help": "Seconds added to a job's expected duration (its runtime resource, or "
+            "what its rule's earlier jobs took) when deciding whether it can finish before "
+            "the run lands.",
+            "env_var": True,
+        },
+    )
     insecure: bool = field(
         default=False,
         metadata={

@@ -273,7 +273,9 @@ def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
     limit = ["--time=1"] if ending == "time-limit" else []
     proc = subprocess.Popen(
         ["salloc", f"--job-name={name}", "-N3", "--exclusive", *limit, f"--chdir={workdir}",
-         SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
+         SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10",
+         # What happens when the allocation ends anyway: the clock is not watched.
+         "--dask-slurm-landing-margin", "0"],
         env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # so that a failure below can end salloc *and* Snakemake

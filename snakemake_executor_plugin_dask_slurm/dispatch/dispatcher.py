@@ -56,7 +56,8 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
     if not isinstance(key, str):
         return None
     if msg.get("ok"):
-        return Finished(key, True)
+        seconds = msg.get("seconds")
+        return Finished(key, True, seconds=float(seconds) if seconds is not None else None)
     outcome = msg.get("outcome")
     if isinstance(outcome, dict):
         return Finished(key, False, outcome=TaskOutcome(**outcome))

@@ -7,6 +7,7 @@ for its request, one capacity check, and the builder's per-rule cached decision.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,9 @@ class Intake:
     key_of: Callable[[Any], str]
     #: Logs one line (a rule whose requests were capped, once per rule).
     note: Callable[[str], None]
+    #: The allocation's clock: (why the job may not start, its expected duration); None
+    #: when no clock is watched (see :class:`.landing.AllocationClock`).
+    check_time: Callable[[Any, str], tuple[str | None, float | None]] | None = None
     _capped_rules: set[str] = field(default_factory=set)
 
     def take(self, jobs: Sequence[Any]) -> tuple[list[Entry], list[Refusal]]:
@@ -36,14 +40,22 @@ class Intake:
         admitted: list[tuple[SubmittedJobInfo, dict[str, float]]] = []
         refused: list[Refusal] = []
         advertised = self.capacity.advertised
+        check_time = self.check_time
+        expected: dict[str, float | None] = {}
         for job in jobs:
-            info = SubmittedJobInfo(job, external_jobid=self.key_of(job))
+            key = self.key_of(job)
+            info = SubmittedJobInfo(job, external_jobid=key)
             asked = job_request(job.threads, job.resources, advertised)
             decision = admit(asked, self.capacity, self.cap)
             if decision is None:
                 msg = unsatisfiable_message(job_label(job), asked, self.capacity)
                 refused.append((info, msg))
                 continue
+            if check_time is not None:
+                late, expected[key] = check_time(job, key)
+                if late is not None:
+                    refused.append((info, late + "\n"))
+                    continue
             request, capped = decision
             if capped and job.name not in self._capped_rules:
                 self._capped_rules.add(job.name)
@@ -58,5 +70,7 @@ class Intake:
             spec, way = item
             # spec and request: to run it again if its worker dies under it
             info.aux = {"way": way, "log": spec.log_path, "spec": spec, "request": request}
+            if check_time is not None:  # for the landing: when, and how long expected
+                info.aux.update(since=time.time(), expected=expected.get(spec.key))
             entries.append((info, spec, request))
         return entries, refused

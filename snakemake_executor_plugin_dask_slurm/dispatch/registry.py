@@ -55,6 +55,11 @@ class JobRegistry:
         with self._lock:
             return list(self._jobs)
 
+    def quiet(self, keys: Sequence[str]) -> None:
+        """These jobs' failures print nothing: one message explained them all."""
+        with self._lock:
+            self._quiet.update(keys)
+
     def is_quiet(self, key: str | None) -> bool:
         """Whether this job's failure was already explained with the whole run's."""
         return key in self._quiet

@@ -1,15 +1,17 @@
-"""How long the allocation has left, from what SLURM prints (pure).
+"""How long the allocation has left, from what SLURM says (pure).
 
-``scontrol show job -o`` gives ``TimeLimit`` and ``RunTime`` as ``[D-]HH:MM:SS``; their
-difference is the time left, measured by the controller's clock (as HyperQueue does), so it
-does not depend on the time zone ``EndTime`` is printed in or on this node's clock.
-``SLURM_JOB_END_TIME`` (Slurm 23.02+, batch scripts and srun steps, not salloc) is not
-used: it is not updated when the limit changes, and Slurm 22.05 does not set it.
+``SLURM_JOB_END_TIME`` (Slurm 23.02+, in batch scripts and srun steps, not in an salloc
+shell) is read first: it costs no call to SLURM. Otherwise ``scontrol show job -o`` gives
+``TimeLimit`` and ``RunTime`` as ``[D-]HH:MM:SS``; their difference is the time left by the
+controller's clock (as HyperQueue does), whatever time zone ``EndTime`` is printed in. The
+variable is not updated when the limit changes (``scontrol update TimeLimit=...``), so the
+plugin asks scontrol again every few minutes while it runs.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 #: What SLURM prints for a job without a time limit.
 UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NOT_SET", "N/A", "Partition_Limit"})
@@ -48,3 +50,21 @@ def time_left(scontrol_job: str) -> float | None:
     if limit is None or ran is None:
         return None
     return max(0.0, limit - ran)
+
+
+#: Slurm 23.02+ sets it in batch scripts and srun steps (not in an salloc shell).
+END_TIME_VARIABLE = "SLURM_JOB_END_TIME"
+
+
+def allocation_end(
+    env: Mapping[str, str], seconds_left: float | None, now: float
+) -> tuple[float, str] | None:
+    """When the allocation ends (seconds since the epoch) and where that came from:
+    ``SLURM_JOB_END_TIME`` when SLURM set it, else ``now + seconds_left`` (scontrol's
+    ``TimeLimit - RunTime``); None when neither says (no time limit, or not in SLURM)."""
+    value = env.get(END_TIME_VARIABLE, "")
+    if value.isdigit() and int(value) > 0:
+        return float(value), END_TIME_VARIABLE
+    if seconds_left is not None:
+        return now + seconds_left, "scontrol show job (TimeLimit - RunTime)"
+    return None

@@ -142,8 +142,9 @@ def run_and_report(spec: TaskSpec) -> None:
     """
     msg: dict[str, Any]
     try:
-        run_task(spec)
-        msg = {"key": spec.key, "ok": True}
+        done = run_task(spec)
+        # How long it ran: the plugin learns each rule's durations (walltime placement).
+        msg = {"key": spec.key, "ok": True, "seconds": done.finished - done.started}
     except JobFailed as e:
         msg = {"key": spec.key, "ok": False, "outcome": dataclasses.asdict(e.outcome)}
     except BaseException as e:  # a bug, or the worker closing under the job

@@ -76,3 +76,5 @@ class Finished:
     #: Set when the task's worker died: its processes may still run until its
     #: supervisor ends them, so the job is neither failed nor rerun before that.
     lost_on: LostWorker | None = None
+    #: How long a job that succeeded ran, as its worker measured it.
+    seconds: float | None = None

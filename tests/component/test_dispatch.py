@@ -54,7 +54,8 @@ def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
     dispatcher.submit(spec(tmp_path, "ok-1", "echo fine"), {"cpus": 1})
     dispatcher.submit(spec(tmp_path, "bad-1", "echo oops; exit 5"), {"cpus": 1})
     ok, bad = sorted(wait_for(dispatcher, 2, woken), key=lambda f: f.key != "ok-1")
-    assert ok == Finished("ok-1", True)
+    assert ok == Finished("ok-1", True, seconds=ok.seconds)
+    assert ok.seconds is not None and 0 <= ok.seconds < 10  # how long it ran, for walltime
     assert not bad.ok and bad.outcome is not None
     assert (bad.outcome.returncode, bad.outcome.tail) == (5, "oops")
     assert dispatcher.drain() == []
@@ -107,7 +108,8 @@ def test_submit_many_names_the_jobs_dask_did_not_take(client: Client, tmp_path: 
         dispatcher.submit_many(tasks)
     assert failed.value.keys == ["two-0", "two-1"]
     assert "ClosedClientError: Client is closed." in str(failed.value)
-    assert wait_for(dispatcher, 1, woken) == [Finished("one-0", True)]
+    (done,) = wait_for(dispatcher, 1, woken)
+    assert (done.key, done.ok) == ("one-0", True)
     assert (tmp_path / "one-0.out").read_text() == "0\n"
 
 

@@ -40,6 +40,7 @@ def config(**changes: object) -> RunConfig:
         scheduler_host=None, local_directory=None, file_locking="dask-default",
         startup_timeout=120.0, srun_args=(), worker_args=(), direct_shell=True,
         nanny=False, dashboard=True, dashboard_address=None, insecure=False,
+        landing_margin=120.0, runtime_margin=30.0,
         tls_files=(None, None, None),
     )  # fmt: skip
     values.update(changes)

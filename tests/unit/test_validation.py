@@ -53,6 +53,8 @@ def test_srun_outside_an_allocation_says_how_to_get_one() -> None:
         (ExecutorSettings(scheduler_address="tcp://a:1"), "only applies to --dask-slurm-cl"),
         (ExecutorSettings(srun_args="--x 'unclosed"), "Cannot split --dask-slurm-srun-args"),
         (ExecutorSettings(dashboard_address="8787"), "expected HOST:PORT or :PORT"),
+        (ExecutorSettings(landing_margin=-1), "--dask-slurm-landing-margin must be 0 or more"),
+        (ExecutorSettings(runtime_margin=-5), "--dask-slurm-runtime-margin must be 0 or more"),
         (ExecutorSettings(dashboard_address="http://h:1"), "expected HOST:PORT or :PORT"),
     ],
 )  # fmt: skip
@@ -73,6 +75,7 @@ def test_resolve_defaults() -> None:
     # Secure by default: TLS (not insecure), the dashboard on loopback (no address).
     assert (config.insecure, config.dashboard_address) == (False, None)
     assert config.tls_files == (None, None, None)
+    assert (config.landing_margin, config.runtime_margin) == (120.0, 30.0)
 
 
 def test_security_settings_and_where_they_apply() -> None:

@@ -1,0 +1,224 @@
+"""The thread that watches the allocation's clock: it wakes at the landing point, at the
+hard stop, to ask SLURM again how long is left, and at once on SIGUSR1; what to do then is
+the executor's (``land`` and ``hard_stop`` callbacks), the decisions are
+:mod:`.walltime`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..report.messages import job_label
+from .registry import JobRegistry, counts_by_rule
+from .walltime import (
+    Clock,
+    Durations,
+    Running,
+    duration_text,
+    expected_duration,
+    fits,
+    refusal_message,
+    to_stop_at_landing,
+)
+
+#: Seconds between two questions to SLURM about the time left (a changed time limit).
+REFRESH_SECONDS = 300.0
+
+logger = logging.getLogger(__name__)
+
+
+class LandingWatch:
+    """Calls ``land(why)`` once, at the landing point or on :meth:`request`, then
+    ``hard_stop(why)`` once, at the hard stop."""
+
+    def __init__(
+        self,
+        clock: Clock | None,
+        refresh: Callable[[], float | None] | None,
+        land: Callable[[str], None],
+        hard_stop: Callable[[str], None],
+        margin: float,
+    ):
+        self.clock = clock
+        self._refresh = refresh
+        self._land = land
+        self._hard_stop = hard_stop
+        self._margin = margin
+        self._event = threading.Event()
+        self._requested: str | None = None
+        self._closed = False
+        self.landed_for: str | None = None
+        self._hard_stop_at: float | None = None
+        self._thread = threading.Thread(target=self._run, name="dask-slurm-walltime", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self, why: str) -> None:
+        """Land now (a signal handler may call this: it only sets an event)."""
+        self._requested = self._requested or why
+        self._event.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._event.set()
+
+    def _run(self) -> None:
+        next_refresh = time.time() + REFRESH_SECONDS
+        while not self._closed:
+            now = time.time()
+            clock = self.clock
+            if self.landed_for is None:
+                why = self._requested
+                if why is None and clock is not None and now >= clock.landing_at:
+                    why = "the allocation's time limit is near"
+                if why is not None:
+                    self.landed_for = why
+                    self._hard_stop_at = clock.hard_stop if clock else now + self._margin / 2
+                    self._call(self._land, why)
+            if self._hard_stop_at is not None and now >= self._hard_stop_at:
+                self._call(self._hard_stop, self.landed_for or "")
+                return
+            if self._refresh is not None and clock is not None and now >= next_refresh:
+                next_refresh = now + REFRESH_SECONDS
+                left = self._refresh()
+                if left is not None:
+                    self.clock = dataclasses.replace(clock, end=now + left)
+            wakes = [next_refresh]
+            if self._hard_stop_at is not None:
+                wakes.append(self._hard_stop_at)
+            elif self.clock is not None:
+                wakes.append(self.clock.landing_at)
+            self._event.wait(max(0.05, min(wakes) - time.time()))
+            self._event.clear()
+
+    @staticmethod
+    def _call(action: Callable[[str], None], why: str) -> None:
+        try:
+            action(why)
+        except Exception:  # the watch must go on to the hard stop
+            logger.exception("dask-slurm: landing step failed")
+
+
+class AllocationClock:
+    """Everything of the allocation's clock the executor uses: the check of each job
+    (on Snakemake's scheduling thread), what succeeded jobs took, and the landing.
+
+    ``stop_jobs`` kills jobs (each is then reported failed); ``exit_gracefully`` makes
+    Snakemake schedule nothing more and end once its running jobs are reported;
+    ``warn`` logs one line.
+    """
+
+    def __init__(
+        self,
+        clock: Clock | None,
+        margin: float,
+        refresh: Callable[[], float | None] | None,
+        registry: JobRegistry,
+        stop_jobs: Callable[[list[str]], None],
+        exit_gracefully: Callable[[], None],
+        warn: Callable[[str], None],
+    ):
+        self.durations = Durations()
+        self._registry = registry
+        self._stop_jobs = stop_jobs
+        self._exit_gracefully = exit_gracefully
+        self._warn = warn
+        self._explained: set[str] = set()
+        self.succeeded = 0
+        self.stopped = 0
+        self.refused_at_landing = 0
+        #: Jobs not started because they could not finish in the time left.
+        self.too_long = 0
+        self.watch = LandingWatch(clock, refresh, self._land, self._hard_stop, margin)
+
+    # -- Snakemake's scheduling thread, every job ----------------------------------------
+
+    def check(self, job: Any, key: str) -> tuple[str | None, float | None]:
+        """``(why it may not start, or None; its expected duration)``; a rule's second and
+        later refusals are quiet (its first said why)."""
+        clock = self.watch.clock
+        if clock is None:
+            return None, None
+        expected = expected_duration(job.name, job.resources, self.durations)
+        now = time.time()
+        if fits(expected.seconds, now, clock.landing_at, clock.safety):
+            return None, expected.seconds
+        if job.name in self._explained:
+            self._registry.quiet([key])
+        self._explained.add(job.name)
+        self.too_long += 1
+        return refusal_message(job_label(job), expected, now, clock), expected.seconds
+
+    def not_started(self, keys: Iterable[str]) -> None:
+        """Jobs Snakemake handed over after the landing began: quiet, counted."""
+        if self.watch.landed_for is None:
+            return
+        keys = list(keys)
+        self._registry.quiet(keys)
+        self.refused_at_landing += len(keys)
+
+    def learn(self, rule: str, seconds: float | None) -> None:
+        self.succeeded += 1
+        if seconds is not None:
+            self.durations.add(rule, seconds)
+
+    # -- the landing thread ----------------------------------------------------------
+
+    def _land(self, why: str) -> None:
+        clock, now = self.watch.clock, time.time()
+        ends = f"; the allocation ends in {duration_text(clock.end - now)}" if clock else ""
+        keys = self._registry.begin_stop(
+            f"the run is landing before the allocation's time limit ({why}{ends})"
+        )
+        running = []
+        for key in keys:
+            info = self._registry.get(key)
+            aux = (info.aux or {}) if info is not None else {}
+            running.append(Running(key, aux.get("since", now), aux.get("expected")))
+        # Without a known end (SIGUSR1 only), nothing is known to finish in time.
+        stop = to_stop_at_landing(running, clock) if clock else [job.key for job in running]
+        self._registry.quiet(stop)
+        self.stopped += len(stop)
+        stopped = ""
+        if stop:
+            jobs = [info.job for key in stop if (info := self._registry.get(key)) is not None]
+            stopped = f" ({counts_by_rule(jobs)}; Snakemake removes what they wrote)"
+        self._warn(
+            f"{why}{ends}: landing. No job starts any more; {len(keys) - len(stop)} running "
+            f"job(s) expected to finish in time go on, {len(stop)} that could not are "
+            f"stopped now{stopped}. Snakemake then ends normally."
+        )
+        self._exit_gracefully()
+        self._stop_jobs(stop)
+
+    def _hard_stop(self, why: str) -> None:
+        keys = self._registry.keys()
+        if not keys:
+            return
+        self._registry.quiet(keys)
+        self.stopped += len(keys)
+        self._warn(f"stopping the {len(keys)} job(s) still running, to end before SLURM does")
+        self._stop_jobs(keys)
+
+    def summary(self, command: str) -> str | None:
+        """The closing line of a run the clock cut short (None if it did not)."""
+        if self.watch.landed_for is None and not self.too_long:
+            return None
+        parts = [f"{self.succeeded} job(s) finished in this allocation"]
+        if self.stopped:
+            parts.append(f"{self.stopped} stopped (their outputs removed)")
+        not_started = self.too_long + self.refused_at_landing
+        if not_started:
+            parts.append(f"{not_started} not started (they could not finish in the time left)")
+        how = "landed before" if self.watch.landed_for else "ran up to"
+        return (
+            f"the run {how} the allocation's time limit: {', '.join(parts)}. In a new "
+            "allocation the same command continues from here (Snakemake redoes only what is "
+            f"missing; no --unlock or --rerun-incomplete needed): {command}"
+        )

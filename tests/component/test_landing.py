@@ -1,0 +1,119 @@
+"""The landing thread and the executor's clock, on a real registry and real threads, with
+a clock a few seconds long: it lands at the landing point (or at once on SIGUSR1's request),
+stops what cannot finish by the hard stop, asks Snakemake to end, stops the rest at the hard
+stop; a rule's jobs that cannot finish are refused, the first one loudly."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock
+from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry
+from snakemake_executor_plugin_dask_slurm.dispatch.walltime import Clock
+from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+from tests.fakes import FakeJob
+
+
+class Recorder:
+    """The executor's side: stopping a job ends it, and its failure is reported (it leaves
+    the registry)."""
+
+    def __init__(self) -> None:
+        self.registry: JobRegistry | None = None
+        self.stopped: list[tuple[float, list[str]]] = []
+        self.exits: list[float] = []
+        self.lines: list[str] = []
+        self.done = threading.Event()
+
+    def stop(self, keys: list[str]) -> None:
+        self.stopped.append((time.time(), sorted(keys)))
+        for key in keys:
+            assert self.registry is not None
+            self.registry.pop(key)
+        if len(self.stopped) == 2:
+            self.done.set()
+
+
+def register(registry: JobRegistry, key: str, since: float, expected: float | None) -> None:
+    info = SubmittedJobInfo(FakeJob(name=key.split("-")[0]), external_jobid=key)
+    info.aux = {"since": since, "expected": expected}
+    spec = TaskSpec(key, ("true",), "/", (), "/dev/null", None)
+    registry.hand_over([(info, spec, {"cpus": 1})], lambda i: None, lambda tasks: None)
+
+
+def make(clock: Clock | None, registry: JobRegistry, rec: Recorder) -> AllocationClock:
+    rec.registry = registry
+    return AllocationClock(
+        clock, 2.0, None, registry, rec.stop, lambda: rec.exits.append(time.time()),
+        rec.lines.append,
+    )  # fmt: skip
+
+
+def test_it_lands_at_the_landing_point_and_stops_the_rest_at_the_hard_stop() -> None:
+    start = time.time()
+    clock = Clock(end=start + 3.0, margin=2.0, safety=0.0, source="test")  # lands at +1 s
+    registry, rec = JobRegistry(), Recorder()
+    register(registry, "quick-1", start, 0.5)  # ends by the hard stop (+2 s): goes on
+    register(registry, "unknown-1", start, None)
+    register(registry, "long-1", start, 60.0)
+    watch = make(clock, registry, rec)
+    watch.watch.start()
+    try:
+        assert rec.done.wait(10), rec.stopped
+    finally:
+        watch.watch.close()
+    (landed, first), (hard, rest) = rec.stopped
+    assert first == ["long-1", "unknown-1"] and 0.9 < landed - start < 1.5
+    assert rec.exits and abs(rec.exits[0] - landed) < 0.5  # Snakemake told to end
+    assert rest == ["quick-1"] and 1.9 < hard - start < 2.5  # still registered: stopped
+    assert (
+        registry.stop_reason
+        and "landing before the allocation's time limit" in registry.stop_reason
+    )
+    assert all(registry.is_quiet(k) for k in ("quick-1", "unknown-1", "long-1"))
+    assert "landing. No job starts any more; 1 running job(s) expected to finish" in rec.lines[0]
+    summary = watch.summary("snakemake --executor dask-slurm")
+    assert summary and "3 stopped (their outputs removed)" in summary
+    assert summary.endswith("needed): snakemake --executor dask-slurm")
+
+
+def test_sigusr1_lands_at_once_even_without_a_known_end() -> None:
+    registry, rec = JobRegistry(), Recorder()
+    register(registry, "a-1", time.time(), 5.0)
+    watch = make(None, registry, rec)
+    watch.watch.start()
+    try:
+        asked = time.time()
+        watch.watch.request("SIGUSR1 received")
+        deadline = time.time() + 5
+        while not rec.stopped and time.time() < deadline:
+            time.sleep(0.01)
+    finally:
+        watch.watch.close()
+    when, keys = rec.stopped[0]
+    assert keys == ["a-1"] and when - asked < 0.5  # no known end: nothing finishes in time
+    assert watch.watch.landed_for == "SIGUSR1 received"
+
+
+def test_jobs_that_cannot_finish_are_refused_the_first_of_a_rule_loudly() -> None:
+    now = time.time()
+    clock = Clock(end=now + 600, margin=120, safety=30, source="test")
+    registry, rec = JobRegistry(), Recorder()
+    watch = make(clock, registry, rec)
+    long_job = FakeJob(name="big", resources={"runtime": 60})
+    why, expected = watch.check(long_job, "big-1")
+    assert expected == 3600.0 and why and "needs about 1 h (its runtime resource)" in why
+    assert not registry.is_quiet("big-1")
+    why, _ = watch.check(FakeJob(name="big", jobid=2, resources={"runtime": 60}), "big-2")
+    assert why and registry.is_quiet("big-2")  # the rule was explained once
+    assert watch.check(FakeJob(name="small", resources={"runtime": 1}), "small-1") == (None, 60.0)
+    assert watch.check(FakeJob(name="new"), "new-1") == (None, None)  # unknown: may start
+    for _ in range(3):
+        watch.learn("slow", 500.0)
+    why, expected = watch.check(FakeJob(name="slow"), "slow-1")
+    assert expected == 500.0 and why and "90% percentile of 3 earlier jobs" in why
+    summary = watch.summary("cmd")
+    assert summary and "3 job(s) finished" in summary and "3 not started" in summary

@@ -1,0 +1,177 @@
+"""The allocation's clock, in real allocations with short time limits on the project's SLURM
+test cluster: a job that cannot finish in the time left is not started (declared with
+``runtime``, or learned from its rule's earlier jobs), the run lands before SLURM's
+SIGTERM with one message and the command to continue, the same command in a new
+allocation completes the workflow with no --unlock or --rerun-incomplete, and SIGUSR1
+lands a run at once. Every output's content is checked."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import VENV_BIN, live_processes
+
+if TYPE_CHECKING:
+    from tests.slurm_cluster.fixtures import SlurmTestCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+SNAKEFILE = r"""
+N = int(config.get("count", 60))
+
+rule all:
+    input: expand("out/s{i}.txt", i=range(N)), "out/slow.txt", "out/big.txt"
+
+# 5 s each, a line a second; events.log says when each copy started and ended.
+rule short:
+    output: "out/s{i}.txt"
+    params: token=config["token"]
+    shell:
+        'echo "start {wildcards.i} $(date +%s.%N)" >> events.log; '
+        'for k in 1 2 3 4 5; do echo "{wildcards.i} $k" >> {output}; sleep 1; done; '
+        'echo "end {wildcards.i} $(date +%s.%N)" >> events.log # {params.token}'
+
+# No runtime, and longer than the allocation: running when the run lands.
+rule slow:
+    output: "out/slow.txt"
+    params: seconds=config.get("slow", 300), token=config["token"]
+    shell: 'for k in $(seq 1 {params.seconds}); do echo $k >> {output}; sleep 1; done '
+           '# {params.token}'
+
+# Declares 3 minutes: more than a 2-minute allocation has, well within a 5-minute one.
+rule big:
+    output: "out/big.txt"
+    resources: runtime=3
+    shell: "echo big > {output}"
+"""
+
+
+def salloc_snakemake(
+    cluster: SlurmTestCluster, workdir: Path, token: str, time_limit: int, *config: str
+) -> subprocess.Popen[str]:
+    argv = [
+        "salloc", f"--job-name=wt-{token}", "-N1", "-c2", f"--time={time_limit}",
+        f"--chdir={workdir}", str(VENV_BIN / "snakemake"), "--executor", "dask-slurm",
+        "--jobs", "2", "--keep-going", "--config", f"token={token}", *config,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        argv, env={**cluster.env, "DASK_SLURM_TEST_TOKEN": token}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def finish(
+    proc: subprocess.Popen[str], cluster: SlurmTestCluster, token: str, timeout: float
+) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out
+    finally:
+        if proc.poll() is None:
+            cluster.run(["scancel", f"--name=wt-{token}"])
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def check_outputs(workdir: Path, slow_lines: int | None) -> list[int]:
+    """Every short output whole; slow.txt whole or absent. The shorts that exist."""
+    done = []
+    for path in sorted((workdir / "out").glob("s[0-9]*.txt")):
+        i = int(path.stem[1:])
+        assert path.read_text().splitlines() == [f"{i} {k}" for k in range(1, 6)], path
+        done.append(i)
+    slow = workdir / "out/slow.txt"
+    if slow_lines is None:
+        assert not slow.exists(), "a stopped job's output survived"
+    else:
+        assert slow.read_text().split() == [str(k) for k in range(1, slow_lines + 1)]
+    return done
+
+
+def check_clean(workdir: Path) -> None:
+    """Nothing for the next run to clear: no lock, no incomplete marker."""
+    locks = workdir / ".snakemake/locks"
+    assert not locks.exists() or not list(locks.iterdir()), list(locks.iterdir())
+    incomplete = workdir / ".snakemake/incomplete"
+    assert not incomplete.exists() or not list(incomplete.iterdir())
+
+
+def test_a_run_lands_before_the_time_limit_and_the_next_allocation_finishes_it(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    began = time.monotonic()
+    out = finish(salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 2), slurm_cluster,
+                 no_leftovers, 180)  # fmt: skip
+    took = time.monotonic() - began
+    # Before SLURM's end (2 min, plus up to ~30 s until the controller acts on it).
+    assert took < 120, f"{took:.0f} s\n{out}"
+    assert "revoked" not in out and "SIGTERM" not in out, out
+    assert re.search(r"allocation \d+ ends in 2 min, at [\d:]+ on every node", out), out
+    # Declared too long for what is left: refused at once, with the numbers.
+    assert re.search(
+        r"rule big \(jobid \d+, attempt 1\) was not started: it needs about 3 min \(its "
+        r"runtime resource\), but the allocation ends in \d+ s", out
+    ), out  # fmt: skip
+    # Learned: once the shorts are known to take ~5 s, none starts that would be cut.
+    assert "90% percentile of" in out, out
+    started = {line.split()[1] for line in (tmp_path / "events.log").read_text().splitlines()
+               if line.startswith("start")}  # fmt: skip
+    ended = {line.split()[1] for line in (tmp_path / "events.log").read_text().splitlines()
+             if line.startswith("end")}  # fmt: skip
+    assert started == ended, f"short jobs cut: {started - ended}"
+    # The landing: the unknown-duration job stopped, one message, the command to go on.
+    assert "landing. No job starts any more" in out and "rule slow (1)" in out, out
+    summary = re.search(r"the run landed before the allocation's time limit: (.*)", out)
+    assert summary and "1 stopped (their outputs removed)" in summary[1], out
+    assert "--executor dask-slurm --jobs 2 --keep-going --config" in summary[1], out
+    assert out.count("was not started") <= 2, out  # one message per rule (big, short)
+    first = check_outputs(tmp_path, None)
+    assert 5 <= len(first) < 60, first
+    check_clean(tmp_path)
+    assert not list(live_processes(no_leftovers, str(tmp_path)))
+
+    # The same command in a new allocation (the slow job quick this time) finishes it.
+    again = finish(salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 5, "slow=3"),
+                   slurm_cluster, no_leftovers, 240)  # fmt: skip
+    assert "Nothing to be done" not in again
+    assert re.search(r"\d+ of \d+ steps \(100%\) done", again), again
+    assert "landed" not in again and "was not started" not in again, again
+    assert sorted(check_outputs(tmp_path, 3)) == list(range(60))
+    assert (tmp_path / "out/big.txt").read_text() == "big\n"
+    check_clean(tmp_path)
+
+
+def test_sigusr1_lands_the_run_at_once(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    proc = salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 10, "count=1")
+    try:
+        deadline = time.monotonic() + 90
+        while not (tmp_path / "out/slow.txt").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        snakemake = [pid for pid, cmd in live_processes(no_leftovers, str(tmp_path))
+                     if "bin/snakemake" in cmd and "salloc" not in cmd]  # fmt: skip
+        assert len(snakemake) == 1, snakemake
+        signalled = time.monotonic()
+        os.kill(snakemake[0], signal.SIGUSR1)  # what sbatch --signal=USR1@120 sends
+        out = finish(proc, slurm_cluster, no_leftovers, 60)
+    finally:
+        if proc.poll() is None:
+            finish(proc, slurm_cluster, no_leftovers, 5)
+    assert time.monotonic() - signalled < 20, out
+    assert "SIGUSR1 received; the allocation ends in" in out and "landing." in out, out
+    assert "the run landed before the allocation's time limit" in out, out
+    assert proc.returncode != 0
+    check_outputs(tmp_path, None)
+    check_clean(tmp_path)
