@@ -1,9 +1,9 @@
 """The allocation's clock, in real allocations with short time limits on the project's SLURM
 test cluster: a job that cannot finish in the time left is not started (declared with
 ``runtime``, or learned from its rule's earlier jobs), the run lands before SLURM's
-SIGTERM with one message and the command to continue, the same command in a new
-allocation completes the workflow with no --unlock or --rerun-incomplete, and SIGUSR1
-lands a run at once. Every output's content is checked."""
+SIGTERM with one message and the command to continue, the same batch script submitted
+again completes the workflow with no --unlock or --rerun-incomplete, and SIGUSR1 lands a
+run at once. Every output's content is checked."""
 
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ rule short:
         'for k in 1 2 3 4 5; do echo "{wildcards.i} $k" >> {output}; sleep 1; done; '
         'echo "end {wildcards.i} $(date +%s.%N)" >> events.log # {params.token}'
 
-# No runtime, and longer than the allocation: running when the run lands.
+# No runtime; as long as the file slow-seconds says (longer than a first allocation).
 rule slow:
     output: "out/slow.txt"
-    params: seconds=config.get("slow", 300), token=config["token"]
-    shell: 'for k in $(seq 1 {params.seconds}); do echo $k >> {output}; sleep 1; done '
+    params: token=config["token"]
+    shell: 'for k in $(seq 1 $(cat slow-seconds)); do echo $k >> {output}; sleep 1; done '
            '# {params.token}'
 
 # Declares 3 minutes: more than a 2-minute allocation has, well within a 5-minute one.
@@ -104,17 +104,24 @@ def check_clean(workdir: Path) -> None:
     assert not incomplete.exists() or not list(incomplete.iterdir())
 
 
-def test_a_run_lands_before_the_time_limit_and_the_next_allocation_finishes_it(
+def test_the_same_batch_script_again_and_again_finishes_the_workflow(
     slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
 ) -> None:
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    began = time.monotonic()
-    out = finish(salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 2), slurm_cluster,
-                 no_leftovers, 180)  # fmt: skip
-    took = time.monotonic() - began
-    # Before SLURM's end (2 min, plus up to ~30 s until the controller acts on it).
-    assert took < 120, f"{took:.0f} s\n{out}"
-    assert "revoked" not in out and "SIGTERM" not in out, out
+    (tmp_path / "slow-seconds").write_text("300")  # longer than the first allocation
+    script = (
+        "#!/bin/bash\n"
+        f"cd {tmp_path}\n"
+        f"export DASK_SLURM_TEST_TOKEN={no_leftovers}\n"
+        f"exec {VENV_BIN / 'snakemake'} --executor dask-slurm --jobs 2 --keep-going "
+        f"--config token={no_leftovers}\n"
+    )
+    first = slurm_cluster.sbatch_and_wait(script, ["-N1", "-c2", "--time=2"], timeout=200)
+    out = first.output
+    # Snakemake ended by itself, before SLURM's time limit: FAILED (jobs not done), not
+    # TIMEOUT or CANCELLED.
+    assert first.state == "FAILED", (first.state, out)
+    assert "SIGTERM" not in out and "CANCELLED" not in out, out
     assert re.search(r"allocation \d+ ends in 2 min, at [\d:]+ on every node", out), out
     # Declared too long for what is left: refused at once, with the numbers.
     assert re.search(
@@ -123,10 +130,9 @@ def test_a_run_lands_before_the_time_limit_and_the_next_allocation_finishes_it(
     ), out  # fmt: skip
     # Learned: once the shorts are known to take ~5 s, none starts that would be cut.
     assert "90% percentile of" in out, out
-    started = {line.split()[1] for line in (tmp_path / "events.log").read_text().splitlines()
-               if line.startswith("start")}  # fmt: skip
-    ended = {line.split()[1] for line in (tmp_path / "events.log").read_text().splitlines()
-             if line.startswith("end")}  # fmt: skip
+    events = (tmp_path / "events.log").read_text().splitlines()
+    started = {line.split()[1] for line in events if line.startswith("start")}
+    ended = {line.split()[1] for line in events if line.startswith("end")}
     assert started == ended, f"short jobs cut: {started - ended}"
     # The landing: the unknown-duration job stopped, one message, the command to go on.
     assert "landing. No job starts any more" in out and "rule slow (1)" in out, out
@@ -134,15 +140,15 @@ def test_a_run_lands_before_the_time_limit_and_the_next_allocation_finishes_it(
     assert summary and "1 stopped (their outputs removed)" in summary[1], out
     assert "--executor dask-slurm --jobs 2 --keep-going --config" in summary[1], out
     assert out.count("was not started") <= 2, out  # one message per rule (big, short)
-    first = check_outputs(tmp_path, None)
-    assert 5 <= len(first) < 60, first
+    done = check_outputs(tmp_path, None)
+    assert 5 <= len(done) < 60, done
     check_clean(tmp_path)
-    assert not list(live_processes(no_leftovers, str(tmp_path)))
 
-    # The same command in a new allocation (the slow job quick this time) finishes it.
-    again = finish(salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 5, "slow=3"),
-                   slurm_cluster, no_leftovers, 240)  # fmt: skip
-    assert "Nothing to be done" not in again
+    # The same script again, in a new allocation (where the slow job is quick), finishes.
+    (tmp_path / "slow-seconds").write_text("3")
+    second = slurm_cluster.sbatch_and_wait(script, ["-N1", "-c2", "--time=5"], timeout=300)
+    again = second.output
+    assert second.state == "COMPLETED", (second.state, again)
     assert re.search(r"\d+ of \d+ steps \(100%\) done", again), again
     assert "landed" not in again and "was not started" not in again, again
     assert sorted(check_outputs(tmp_path, 3)) == list(range(60))
@@ -154,6 +160,7 @@ def test_sigusr1_lands_the_run_at_once(
     slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
 ) -> None:
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "slow-seconds").write_text("300")
     proc = salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 10, "count=1")
     try:
         deadline = time.monotonic() + 90
