@@ -47,6 +47,10 @@ class Events:
     finish_rounds: list[tuple[float, int]] = field(default_factory=list)
     #: key -> (started, finished) on the worker
     tasks: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: Tasks a worker ran more than once (by key), and completions Dask reported more
+    #: than once: both must be 0 (the dispatcher tells Snakemake once either way).
+    ran_twice: int = 0
+    noticed_twice: int = 0
 
     @property
     def bringup_seconds(self) -> float | None:
@@ -72,6 +76,7 @@ def parse_events(path: Path, worker_dir: Path) -> Events:
     for file in sorted(worker_dir.glob("*.tsv")) if worker_dir.is_dir() else []:
         for line in _lines(file):
             key, started, finished = line.split("\t")
+            events.ran_twice += key in events.tasks
             events.tasks[key] = (float(started), float(finished))
     lines = _lines(path)
     for line in lines:
@@ -90,8 +95,9 @@ def parse_events(path: Path, worker_dir: Path) -> Events:
             events.shutdown = (float(rest[0]), float(rest[1]))
         elif kind == "submit":
             events.submits[rest[0]] = float(rest[1])
-        elif kind == "noticed":
-            events.noticed[rest[0]] = float(rest[1])
+        elif kind == "noticed":  # the first is when the executor learned it
+            events.noticed_twice += rest[0] in events.noticed
+            events.noticed.setdefault(rest[0], float(rest[1]))
         elif kind == "reporting":
             events.reporting[rest[0]] = float(rest[1])
         elif kind == "told":

@@ -57,6 +57,8 @@ class RunResult:
     makespan_seconds: float | None = None
     ideal_makespan_seconds: float | None = None
     leftovers: list[str] = field(default_factory=list)
+    ran_twice: int = 0
+    noticed_twice: int = 0
     profiled: bool = False
     #: git revision and a hash of the plugin's sources when the run started
     plugin_revision: str = ""

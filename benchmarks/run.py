@@ -282,6 +282,7 @@ class Runner:
         return self.plan.cores
 
     def record_events(self, result: RunResult, events: analysis.Events) -> None:
+        result.ran_twice, result.noticed_twice = events.ran_twice, events.noticed_twice
         result.bringup_seconds = events.bringup_seconds
         result.teardown_seconds = events.teardown_seconds
         result.cluster_start_seconds = events.cluster_start
@@ -326,6 +327,11 @@ def one_line(r: RunResult) -> str:
         )
     if r.leftovers:
         figures += f", LEFT {len(r.leftovers)} PROCESS(ES) RUNNING (ended by the harness)"
+    if r.ran_twice or r.noticed_twice:
+        figures += (
+            f", {r.ran_twice} TASK(S) RAN TWICE, {r.noticed_twice} completion(s) reported "
+            "twice by Dask"
+        )
     return f"{r.run_id}: {r.status}; {figures}"
 
 
