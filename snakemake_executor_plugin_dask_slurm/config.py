@@ -19,7 +19,7 @@ from .settings import CLUSTER_CHOICES, FILE_LOCKING_CHOICES, ExecutorSettings
 class RunConfig:
     """Everything the plugin needs to know about this run, resolved."""
 
-    cluster: str  # "local", "srun" or "attach"
+    cluster: str  # "local", "srun", "sbatch" or "attach"
     cluster_reason: str  # why, for the log
     workers: int | None
     cpus: int | None
@@ -46,8 +46,66 @@ class RunConfig:
     insecure: bool
     #: attach: the TLS files given (None: the user's Dask configuration).
     tls_files: tuple[str | None, str | None, str | None]
+    #: Worker jobs that grow the farm (None: no growth).
+    growth: GrowthConfig | None = None
     #: Settings this mode cannot honour, each a sentence saying it is ignored and why.
     warnings: tuple[str, ...] = ()
+
+
+#: Most worker jobs at once with --dask-slurm-cluster sbatch unless set.
+SBATCH_MODE_WORKER_JOBS = 4
+
+
+@dataclass(frozen=True)
+class GrowthConfig:
+    """The worker jobs' settings, resolved."""
+
+    max_jobs: int
+    nodes: int
+    cpus_per_node: int | None  # None: whole nodes
+    time_limit: str | None
+    partition: str | None
+    account: str | None
+    sbatch_args: tuple[str, ...]
+    idle_seconds: float
+
+
+def resolve_growth(settings: ExecutorSettings, cluster: str) -> GrowthConfig | None:
+    jobs = settings.worker_jobs
+    if jobs is None:
+        jobs = SBATCH_MODE_WORKER_JOBS if cluster == "sbatch" else 0
+    if jobs < 0:
+        raise DaskSlurmError(f"--dask-slurm-worker-jobs must be 0 or more, got {jobs}.")
+    if cluster == "sbatch" and jobs == 0:
+        raise DaskSlurmError(
+            "--dask-slurm-cluster sbatch starts every worker from worker jobs, but "
+            "--dask-slurm-worker-jobs is 0. Allow at least one (e.g. 4)."
+        )
+    if jobs == 0:
+        return None
+    if cluster not in ("srun", "sbatch"):
+        raise DaskSlurmError(
+            f"--dask-slurm-worker-jobs grows a farm inside a SLURM allocation (srun mode) or "
+            f"from a login node (--dask-slurm-cluster sbatch), not in {cluster} mode. Run "
+            "inside an allocation, or add --dask-slurm-cluster sbatch."
+        )
+    _check_positive("--dask-slurm-worker-job-nodes", settings.worker_job_nodes)
+    _check_positive("--dask-slurm-worker-job-cpus", settings.worker_job_cpus)
+    if settings.worker_job_idle < 0:
+        raise DaskSlurmError(
+            "--dask-slurm-worker-job-idle must be 0 or more seconds, got "
+            f"{settings.worker_job_idle}."
+        )
+    return GrowthConfig(
+        max_jobs=jobs,
+        nodes=settings.worker_job_nodes,
+        cpus_per_node=settings.worker_job_cpus,
+        time_limit=settings.worker_job_time,
+        partition=settings.worker_job_partition,
+        account=settings.worker_job_account,
+        sbatch_args=_split("--dask-slurm-sbatch-args", settings.sbatch_args),
+        idle_seconds=float(settings.worker_job_idle),
+    )
 
 
 def choose_cluster(requested: str, env: Mapping[str, str]) -> tuple[str, str]:
@@ -124,16 +182,21 @@ def _check_dashboard_address(address: str | None) -> None:
 #: Settings that only some modes use: (flag, field, the modes that honour it).
 _MODE_SETTINGS = (
     ("--dask-slurm-workers", "workers", ("local", "srun")),
+    ("--dask-slurm-sbatch-args", "sbatch_args", ("srun", "sbatch")),
+    ("--dask-slurm-worker-job-partition", "worker_job_partition", ("srun", "sbatch")),
+    ("--dask-slurm-worker-job-account", "worker_job_account", ("srun", "sbatch")),
+    ("--dask-slurm-worker-job-time", "worker_job_time", ("srun", "sbatch")),
+    ("--dask-slurm-worker-job-cpus", "worker_job_cpus", ("srun", "sbatch")),
     ("--dask-slurm-cpus", "cpus", ("local",)),
-    ("--dask-slurm-interface", "interface", ("local", "srun")),
-    ("--dask-slurm-scheduler-host", "scheduler_host", ("local", "srun")),
-    ("--dask-slurm-local-directory", "local_directory", ("local", "srun")),
-    ("--dask-slurm-srun-args", "srun_args", ("srun",)),
-    ("--dask-slurm-worker-args", "worker_args", ("local", "srun")),
-    ("--dask-slurm-nanny", "nanny", ("local", "srun")),
-    ("--dask-slurm-no-dashboard", "no_dashboard", ("local", "srun")),
-    ("--dask-slurm-dashboard-address", "dashboard_address", ("local", "srun")),
-    ("--dask-slurm-insecure", "insecure", ("local", "srun")),
+    ("--dask-slurm-interface", "interface", ("local", "srun", "sbatch")),
+    ("--dask-slurm-scheduler-host", "scheduler_host", ("local", "srun", "sbatch")),
+    ("--dask-slurm-local-directory", "local_directory", ("local", "srun", "sbatch")),
+    ("--dask-slurm-srun-args", "srun_args", ("srun", "sbatch")),
+    ("--dask-slurm-worker-args", "worker_args", ("local", "srun", "sbatch")),
+    ("--dask-slurm-nanny", "nanny", ("local", "srun", "sbatch")),
+    ("--dask-slurm-no-dashboard", "no_dashboard", ("local", "srun", "sbatch")),
+    ("--dask-slurm-dashboard-address", "dashboard_address", ("local", "srun", "sbatch")),
+    ("--dask-slurm-insecure", "insecure", ("local", "srun", "sbatch")),
     ("--dask-slurm-tls-ca-file", "tls_ca_file", ("attach",)),
     ("--dask-slurm-tls-cert", "tls_cert", ("attach",)),
     ("--dask-slurm-tls-key", "tls_key", ("attach",)),
@@ -142,8 +205,15 @@ _MODE_WORDS = {
     "local": "on the local cluster (it applies to",
     "srun": "inside an allocation, where the workers use what SLURM granted each node (it "
     "applies to",
+    "sbatch": "with --dask-slurm-cluster sbatch, where every worker comes from a worker "
+    "job (it applies to",
     "attach": "when attaching to a scheduler the plugin does not start (it applies to",
 }
+
+
+def _and(words: tuple[str, ...]) -> str:
+    """("local", "srun", "sbatch") -> "local, srun and sbatch"."""
+    return " and ".join(words) if len(words) < 3 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 def ignored_settings(settings: ExecutorSettings, cluster: str) -> tuple[str, ...]:
@@ -151,10 +221,7 @@ def ignored_settings(settings: ExecutorSettings, cluster: str) -> tuple[str, ...
     found = []
     for flag, field, modes in _MODE_SETTINGS:
         if getattr(settings, field) and cluster not in modes:
-            found.append(
-                f"{flag} is ignored {_MODE_WORDS[cluster]} "
-                f"{' and '.join(f'{m} mode' for m in modes)})."
-            )
+            found.append(f"{flag} is ignored {_MODE_WORDS[cluster]} {_and(modes)} mode).")
     if settings.file_locking != "dask-default" and cluster == "attach":
         found.append(
             f"--dask-slurm-file-locking is ignored {_MODE_WORDS['attach']} local and srun mode)."
@@ -214,5 +281,6 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
             str(p) if p else None
             for p in (settings.tls_ca_file, settings.tls_cert, settings.tls_key)
         ),
+        growth=resolve_growth(settings, cluster),
         warnings=ignored_settings(settings, cluster),
     )

@@ -18,12 +18,13 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,9 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .clusters.base import ClusterSource
-from .clusters.choose import check_run_dir, local_worker_cpus, make_source
+from .clusters.choose import check_run_dir, local_worker_cpus, make_growth, make_source
 from .clusters.security import PlainTcp
+from .clusters.worker_jobs import WorkerJobs
 from .config import RunConfig, resolve
 from .dispatch.admission import Capacity
 from .dispatch.dispatcher import Dispatcher
@@ -47,7 +49,7 @@ from .dispatch.scheduling import Given, cap_threads_like_cores, tune_job_schedul
 from .dispatch.walltime import Clock, duration_text
 from .report.hints import speed_hint
 from .report.messages import failure_message, job_label
-from .slurm.run import find_slurm_commands, scontrol_time_left
+from .slurm.run import scontrol_time_left
 from .slurm.walltime import allocation_end
 from .worker import timing
 from .worker.tasks import Finished, LostWorker, TaskSpec
@@ -80,6 +82,7 @@ class Executor(RemoteExecutor):
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._next_health_check = 0.0
         self._clock: AllocationClock | None = None
+        self._growth: WorkerJobs | None = None
         if timing.ON:
             timing.record("init", time.time())
         super().__init__(workflow, logger)
@@ -110,6 +113,19 @@ class Executor(RemoteExecutor):
         self._pending_source: ClusterSource | None = make_source(
             self.config, self.logger, given_cores
         )
+        self._growth = make_growth(
+            self.config,
+            self._pending_source,
+            f"dask-slurm-{self._run_token}",
+            lambda line: self.logger.info(f"dask-slurm: {line}"),
+            lambda line: self.logger.warning(f"dask-slurm: {line}"),
+        )
+        if self._growth is not None:
+            self.logger.info(
+                f"dask-slurm: the farm grows with up to {self._growth.config.max_jobs} worker "
+                f"job(s) while jobs wait ({self._growth.options_text()}); checked with "
+                "sbatch --test-only"
+            )
         self._local_cores: int | None = None
         if self.config.cluster == "local" and given_cores is None:
             self._local_cores = local_worker_cpus(self.config)
@@ -158,7 +174,8 @@ class Executor(RemoteExecutor):
                 w.get("resources", {})
                 for w in client.scheduler_info(n_workers=-1)["workers"].values()
             ]
-            capacity = Capacity.from_workers(offers)
+            growth = self._growth
+            capacity = Capacity.from_workers(offers + (growth.offers() if growth else []))
             for line in source.summary():
                 self.logger.info(f"dask-slurm: {line}")
             if isinstance(source.security, PlainTcp):
@@ -185,9 +202,18 @@ class Executor(RemoteExecutor):
             check_time=self._clock.check if self._clock else None,
         )
         self._recovery = Recovery(
-            source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
+            source.record_dir, self._sweep, self._on_gone, self._on_worker_removed
         )
         self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
+        if self._growth is not None:
+            self._growth.start(client)
+
+    def _sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+        """End a dead worker's jobs' processes: in its worker job, or where the source
+        started it."""
+        if self._growth is not None and self._growth.owns(worker):
+            return self._growth.sweep(worker, list(keys))
+        return self._source.sweep(worker, keys) if self._source is not None else None
 
     def _watch_clock(self) -> AllocationClock | None:
         """Inside an allocation: its end (one question to SLURM), the landing thread, and
@@ -195,7 +221,7 @@ class Executor(RemoteExecutor):
         job_id = os.environ.get("SLURM_JOB_ID")
         if not job_id or self.config.landing_margin <= 0:
             return None
-        scontrol = find_slurm_commands().scontrol
+        scontrol = shutil.which("scontrol")
 
         def time_left() -> float | None:
             return scontrol_time_left(scontrol, job_id, SCONTROL_TIMEOUT) if scontrol else None
@@ -403,7 +429,8 @@ class Executor(RemoteExecutor):
             return
         self._next_health_check = now + HEALTH_CHECK_INTERVAL
         problem = None
-        if not source.scheduler_lost() and self._dispatcher.worker_count == 0:
+        growing = self._growth is not None and self._growth.active()
+        if not source.scheduler_lost() and self._dispatcher.worker_count == 0 and not growing:
             # no worker left says more than "every worker process ended"
             self._no_workers_since = self._no_workers_since or now
             problem = no_worker_problem(
@@ -444,6 +471,13 @@ class Executor(RemoteExecutor):
             assert self._recovery is not None
             self._recovery.lost(finished.key, finished.lost_on)  # stays registered
             return
+        if self._on_worker_job(finished) and not registry.stop_reason:
+            # It may have failed because its worker job was ending (scancel, its time
+            # limit): then it was killed with it, and runs again elsewhere.
+            assert self._recovery is not None
+            noticed = time.time()
+            self._recovery.call(lambda: self._report_unless_worker_job_ended(finished, noticed))
+            return
         if finished.outcome is None:
             # Cancelled, or lost with the scheduler: its processes may still run. If the
             # cluster broke, _fail_run reports it once they are gone.
@@ -463,6 +497,23 @@ class Executor(RemoteExecutor):
         """(Recovery thread) A job killed by a signal the plugin did not send."""
         self._on_worker_removed()  # fails the run if SLURM ended the allocation
         if not self._registry.fatal:
+            self._report_failure(finished)
+
+    def _on_worker_job(self, finished: Finished) -> bool:
+        on = finished.on
+        return self._growth is not None and on is not None and self._growth.owns(on.name)
+
+    def _report_unless_worker_job_ended(self, finished: Finished, noticed: float) -> None:
+        """(Recovery thread) A job that failed on a worker job's worker: lost with its
+        worker job if that job is ending, else an ordinary failure."""
+        assert self._growth is not None and self._recovery is not None and finished.on
+        if self._growth.ending(finished.on.name, noticed):
+            self.logger.info(
+                f"dask-slurm: job {finished.key} failed as its worker job ended under it: "
+                "it runs again elsewhere once its processes are gone"
+            )
+            self._recovery.lost(finished.key, finished.on)
+        else:
             self._report_failure(finished)
 
     def _report_failure(self, finished: Finished) -> None:
@@ -495,6 +546,8 @@ class Executor(RemoteExecutor):
         if keys and not self._source.scheduler_lost():
             self._dispatcher.stop(keys)
         self._source.stop_workers()
+        if self._growth is not None:  # their supervisors end their jobs, SLURM the rest
+            self._growth.close()
         left = self._registry.take_all(reason, quiet=True)
         if left:
             self.logger.error(
@@ -612,11 +665,20 @@ class Executor(RemoteExecutor):
                 self._clock.watch.close()
             if self._recovery is not None:
                 self._recovery.close()
+            if self._growth is not None:
+                self._growth.stop()
             keys = self._registry.keys()
             if keys and self._dispatcher is not None and not self._source.scheduler_lost():
                 self._dispatcher.kill(keys)
         finally:
-            self._source.close()
+            try:
+                self._source.close()
+            finally:
+                if self._growth is not None:
+                    self._growth.close()
+                    line = self._growth.summary()
+                    if line:
+                        self.logger.info(f"dask-slurm: {line}")
             self._closed = True
             if timing.ON:
                 timing.record("cluster_close", getattr(self._source, "teardown_seconds", 0.0))

@@ -16,7 +16,7 @@ from typing import Optional
 
 from snakemake_interface_executor_plugins.settings import CommonSettings, ExecutorSettingsBase
 
-CLUSTER_CHOICES = ("auto", "local", "srun", "attach")
+CLUSTER_CHOICES = ("auto", "local", "srun", "sbatch", "attach")
 FILE_LOCKING_CHOICES = ("dask-default", "on", "off")
 
 
@@ -28,7 +28,9 @@ class ExecutorSettings(ExecutorSettingsBase):
             "help": "Where the Dask cluster comes from. 'auto': srun inside a SLURM "
             "allocation, local outside one. 'local': scheduler and workers on this "
             "machine. 'srun': workers on every allocated node, started with srun. "
-            "'attach': connect to a scheduler somebody else runs (see "
+            "'sbatch' (never chosen by 'auto'): the scheduler on this host (e.g. a login "
+            "node), every worker from worker jobs submitted with sbatch (see "
+            "--dask-slurm-worker-jobs). 'attach': connect to a scheduler somebody else runs (see "
             "--dask-slurm-scheduler-file / --dask-slurm-scheduler-address); it is "
             "never stopped by the plugin.",
             "env_var": True,
@@ -197,6 +199,60 @@ class ExecutorSettings(ExecutorSettingsBase):
             "can connect to the scheduler can run code as you on every worker. By "
             "default each run makes its own TLS credentials, and only its own processes "
             "can connect.",
+            "env_var": True,
+        },
+    )
+    worker_jobs: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "Grow the farm with worker jobs: at most this many sbatch jobs at once "
+            "(pending and running), each starting Dask workers on its nodes that join this "
+            "run's scheduler, submitted while jobs wait for CPUs and retired when idle. "
+            "Default: 0 (off) inside an allocation, 4 with --dask-slurm-cluster sbatch.",
+            "env_var": True,
+        },
+    )
+    worker_job_nodes: int = field(
+        default=1,
+        metadata={"help": "Nodes per worker job.", "env_var": True},
+    )
+    worker_job_cpus: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "CPUs per node of a worker job. Default: whole nodes (--exclusive).",
+            "env_var": True,
+        },
+    )
+    worker_job_time: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Time limit of a worker job, in sbatch's format (e.g. 1:00:00). "
+            "Default: the partition's.",
+            "env_var": True,
+        },
+    )
+    worker_job_partition: Optional[str] = field(
+        default=None,
+        metadata={"help": "Partition of the worker jobs (default: SLURM's).", "env_var": True},
+    )
+    worker_job_account: Optional[str] = field(
+        default=None,
+        metadata={"help": "Account of the worker jobs (default: yours).", "env_var": True},
+    )
+    sbatch_args: Optional[str] = field(
+        default=None,
+        metadata={
+            "help": "Extra sbatch options for the worker jobs, e.g. '--qos=short "
+            "--constraint=skylake' (split into a list like a shell would, never run "
+            "through one; they come last, so they win).",
+        },
+    )
+    worker_job_idle: int = field(
+        default=60,
+        metadata={
+            "help": "Seconds a worker job may sit idle, with no job waiting, before it is "
+            "retired (its workers leave through the scheduler, then the job ends); pending "
+            "worker jobs are cancelled after the same quiet time.",
             "env_var": True,
         },
     )

@@ -1,9 +1,11 @@
-"""Pick and build the cluster source for this run (local, attach or srun)."""
+"""Pick and build the cluster source for this run (local, attach, srun or sbatch), and
+its worker jobs when the farm may grow."""
 
 from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from .local import LocalProcessCluster
 from .network import check_bindable, choose_scheduler_host
 from .security import AttachSecurity, PlainTcp, RunCredentials, RunSecurity
 from .spec import local_layout
+from .worker_jobs import WorkerJobs
 
 
 def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
@@ -81,6 +84,10 @@ def make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSou
         from .srun import SrunCluster
 
         return SrunCluster.from_environment(config, lambda left: run_security(config, left))
+    if config.cluster == "sbatch":
+        from .sbatch import SbatchCluster
+
+        return SbatchCluster.from_environment(config, lambda left: run_security(config, left))
     cpus, cpus_source = local_cpus(config, cores)
     mem_mb, _ = local_mem_mb(cpus)
     if in_allocation(os.environ):
@@ -111,3 +118,39 @@ def check_run_dir(run_dir: Path) -> None:
             f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}. Choose a "
             "directory you can write that the nodes can read, with --dask-slurm-run-dir."
         ) from None
+
+
+def make_growth(
+    config: RunConfig,
+    source: ClusterSource,
+    name: str,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> WorkerJobs | None:
+    """The run's worker jobs, checked with SLURM (``sbatch --test-only``), or None when
+    the farm does not grow."""
+    if config.growth is None:
+        return None
+    import dataclasses
+    import sys
+
+    from ..worker import SUPERVISOR_MODULE
+    from .dask_argv import dask_option_names
+    from .preflight import check_dask_cli
+    from .spec import Paths, sample_worker_argv, worker_recipe
+    from .worker_jobs import GrowthCommands, WorkerJobs
+
+    recipe = dataclasses.replace(
+        worker_recipe(config, Paths.of(config), sys.executable, os.getpid(), source.security),
+        job_prefix=True,
+    )
+    check_dask_cli(
+        sys.executable,
+        (),
+        (*dask_option_names(sample_worker_argv(recipe)), "--name"),
+        60.0,
+        worker_module=SUPERVISOR_MODULE,
+    )
+    jobs = WorkerJobs(config.growth, recipe, config.run_dir, name, GrowthCommands.find(), say, warn)
+    jobs.prepare()
+    return jobs

@@ -67,6 +67,7 @@ class SupervisorOptions:
     name: str | None = None  # None: the SLURM node's name (srun steps)
     indexed: bool = False  # append the task's index on its node (several workers a node)
     restarts: int = 0  # how often to restart a worker killed by a signal
+    job_prefix: bool = False  # name it j<SLURM job id>-<node> (workers of worker jobs)
 
 
 def _cli_number(value: float) -> str:
@@ -154,6 +155,7 @@ def supervised_worker_command(
         SUPERVISOR_MODULE,
         *_option("--name", supervisor.name),
         *(["--indexed"] if supervisor.indexed else []),
+        *(["--job-prefix"] if supervisor.job_prefix else []),
         "--record-dir",
         supervisor.record_dir,
         "--restarts",

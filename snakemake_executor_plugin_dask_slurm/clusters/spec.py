@@ -10,6 +10,8 @@ starts a process or touches the network; ``tests/unit/golden/`` pins a whole pla
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -239,8 +241,108 @@ def group_resources(group: NodeGroup, alloc: Allocation) -> dict[str, float]:
     return resources
 
 
-def step_log_name(index: int, group: NodeGroup) -> str:
-    return f"workers-step{index}-{group.cpus}cpus.log"
+def step_log_name(index: int, group: NodeGroup, prefix: str = "") -> str:
+    return f"{prefix}workers-step{index}-{group.cpus}cpus.log"
+
+
+@dataclass(frozen=True)
+class WorkerRecipe:
+    """How to start the workers of an allocation, whichever nodes it holds: what the srun
+    steps of the run's own allocation and those of every worker job (:mod:`.worker_job`,
+    which reads it back from JSON on the job's first node) have in common."""
+
+    python: str
+    scheduler_file: str
+    record_dir: str
+    log_dir: str
+    local_directory: str | None
+    interface: str | None
+    srun_args: tuple[str, ...]
+    #: After the plugin's own: the task preload, the security options, the user's.
+    extra_args: tuple[str, ...]
+    restarts: int
+    env: tuple[tuple[str, str], ...]
+    #: Name workers ``j<job id>-<node>`` (worker jobs), not ``<node>``.
+    job_prefix: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerRecipe:
+        fields = json.loads(text)
+        for name in ("srun_args", "extra_args"):
+            fields[name] = tuple(fields[name])
+        fields["env"] = tuple(tuple(pair) for pair in fields["env"])
+        return cls(**fields)
+
+
+def worker_recipe(
+    config: RunConfig, paths: Paths, python: str, owner_pid: int, security: RunSecurity
+) -> WorkerRecipe:
+    return WorkerRecipe(
+        python=python,
+        scheduler_file=str(paths.scheduler_file),
+        record_dir=str(paths.records),
+        log_dir=str(paths.logs),
+        local_directory=config.local_directory,
+        interface=config.interface,
+        srun_args=config.srun_args,
+        extra_args=("--preload", TASK_MODULE, *security.worker_args(), *config.worker_args),
+        restarts=RESTARTS if config.nanny else 0,
+        env=worker_env(config, owner_pid, security),
+    )
+
+
+def plan_worker_steps(
+    recipe: WorkerRecipe, alloc: Allocation, layout: WorkerLayout, srun: str, log_prefix: str = ""
+) -> tuple[ProcessSpec, ...]:
+    """One srun step of supervised workers per node size of ``alloc``."""
+    steps = []
+    for index, group in enumerate(layout.groups):
+        opts = WorkerOptions(
+            scheduler_file=recipe.scheduler_file,
+            nthreads=group.threads_per_worker,
+            resources=tuple(sorted(group_resources(group, alloc).items())),
+            local_directory=recipe.local_directory,
+            interface=recipe.interface,
+            death_timeout=DEATH_TIMEOUT,
+            extra_args=recipe.extra_args,
+        )
+        supervisor = SupervisorOptions(
+            record_dir=recipe.record_dir,
+            indexed=group.workers_per_node > 1,
+            restarts=recipe.restarts,
+            job_prefix=recipe.job_prefix,
+        )
+        payload = supervised_worker_command(recipe.python, supervisor, opts)
+        argv = srun_step_command(
+            group, job_name=STEP_NAME, srun_args=recipe.srun_args, payload=payload, srun=srun
+        )
+        steps.append(
+            ProcessSpec(
+                f"srun step for {','.join(group.nodes)}",
+                tuple(argv),
+                Path(recipe.log_dir) / step_log_name(index, group, log_prefix),
+                recipe.env,
+            )
+        )
+    return tuple(steps)
+
+
+def sample_worker_argv(recipe: WorkerRecipe) -> list[str]:
+    """One worker's command as a worker job would start it (for the preflight check)."""
+    opts = WorkerOptions(
+        scheduler_file=recipe.scheduler_file,
+        nthreads=1,
+        resources=(("cpus", 1.0),),
+        local_directory=recipe.local_directory,
+        interface=recipe.interface,
+        death_timeout=DEATH_TIMEOUT,
+        extra_args=recipe.extra_args,
+    )
+    supervisor = SupervisorOptions(record_dir=recipe.record_dir, job_prefix=True)
+    return supervised_worker_command(recipe.python, supervisor, opts)
 
 
 def plan_srun(
@@ -249,33 +351,35 @@ def plan_srun(
 ) -> ClusterSpec:  # fmt: skip
     """A scheduler here and one srun step of supervised workers per node size."""
     paths = Paths.of(config)
-    steps = []
-    for index, group in enumerate(layout.groups):
-        opts = worker_options(
-            config, paths, group.threads_per_worker, group_resources(group, alloc), security
-        )
-        supervisor = supervisor_options(config, paths, None, group.workers_per_node > 1)
-        payload = supervised_worker_command(python, supervisor, opts)
-        argv = srun_step_command(
-            group, job_name=STEP_NAME, srun_args=config.srun_args, payload=payload, srun=srun
-        )
-        steps.append(
-            ProcessSpec(
-                f"srun step for {','.join(group.nodes)}",
-                tuple(argv),
-                paths.logs / step_log_name(index, group),
-                worker_env(config, owner_pid, security),
-            )
-        )
+    recipe = worker_recipe(config, paths, python, owner_pid, security)
     return ClusterSpec(
         scheduler_spec(config, paths, host, python, owner_pid, security),
-        tuple(steps),
+        plan_worker_steps(recipe, alloc, layout, srun),
         paths.scheduler_file,
         layout.total_workers,
         paths.records,
         config.nanny,
         f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
         f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)",
+    )
+
+
+# -- sbatch mode: the scheduler here, every worker from worker jobs ------------------------
+
+
+def plan_scheduler_only(
+    config: RunConfig, host: str | None, python: str, owner_pid: int, security: RunSecurity
+) -> ClusterSpec:
+    """Only the scheduler: the workers come from worker jobs (:mod:`.worker_jobs`)."""
+    paths = Paths.of(config)
+    return ClusterSpec(
+        scheduler_spec(config, paths, host, python, owner_pid, security),
+        (),
+        paths.scheduler_file,
+        0,
+        paths.records,
+        config.nanny,
+        "Dask scheduler on this host; every worker comes from worker jobs (sbatch)",
     )
 
 

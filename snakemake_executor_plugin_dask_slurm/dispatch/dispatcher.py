@@ -58,10 +58,13 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
     if msg.get("ok"):
         seconds = msg.get("seconds")
         return Finished(key, True, seconds=float(seconds) if seconds is not None else None)
+    name, pid = msg.get("worker_name"), msg.get("worker_pid")
+    on = LostWorker(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
     outcome = msg.get("outcome")
     if isinstance(outcome, dict):
-        return Finished(key, False, outcome=TaskOutcome(**outcome))
-    return Finished(key, False, problem=str(msg.get("problem") or "it failed on its worker"))
+        return Finished(key, False, outcome=TaskOutcome(**outcome), on=on)
+    problem = str(msg.get("problem") or "it failed on its worker")
+    return Finished(key, False, problem=problem, on=on)
 
 
 class Dispatcher:

@@ -58,11 +58,15 @@ def srun_step_command(
     ]
 
 
-def sweep_step_command(node: str, python: str, keys: Sequence[str], srun: str) -> list[str]:
+def sweep_step_command(
+    node: str, python: str, keys: Sequence[str], srun: str, job_id: str | None = None
+) -> list[str]:
     """One task on ``node`` that ends every process of the jobs ``keys`` still running
-    there (see :func:`.supervisor.sweep`): for a worker that died with its supervisor."""
+    there (see :func:`.supervisor.sweep`): for a worker that died with its supervisor.
+    ``job_id``: a step of that job (a worker job's node), not of this allocation."""
     return [
         srun,
+        *([f"--jobid={job_id}"] if job_id else []),
         "--overlap",
         "--nodes=1",
         "--ntasks=1",
@@ -76,4 +80,74 @@ def sweep_step_command(node: str, python: str, keys: Sequence[str], srun: str) -
         SUPERVISOR_MODULE,
         "--sweep",
         *keys,
+    ]
+
+
+def sbatch_command(
+    script: str,
+    *,
+    job_name: str,
+    output: str,
+    nodes: int,
+    cpus_per_node: int | None,
+    time_limit: str | None,
+    partition: str | None,
+    account: str | None,
+    sbatch_args: Sequence[str],
+    test_only: bool = False,
+    sbatch: str = "sbatch",
+) -> list[str]:
+    """``sbatch`` of one worker job running ``script`` (a file: never ``--wrap``, no shell).
+
+    Whole nodes (``--exclusive``) unless ``cpus_per_node`` is given (one task per node
+    with that many CPUs); ``--parsable`` prints the job id; ``--test-only`` asks SLURM
+    whether it would accept the job, submitting nothing. ``sbatch_args`` (the user's)
+    come last.
+    """
+    size = (
+        ["--ntasks-per-node=1", f"--cpus-per-task={cpus_per_node}"]
+        if cpus_per_node
+        else ["--exclusive"]
+    )
+    return [
+        sbatch,
+        "--parsable",
+        *(["--test-only"] if test_only else []),
+        f"--job-name={job_name}",
+        f"--output={output}",
+        f"--nodes={nodes}",
+        *size,
+        *([f"--time={time_limit}"] if time_limit else []),
+        *([f"--partition={partition}"] if partition else []),
+        *([f"--account={account}"] if account else []),
+        *sbatch_args,
+        script,
+    ]
+
+
+def squeue_command(job_ids: Sequence[str], squeue: str = "squeue") -> list[str]:
+    """The state and node list of ``job_ids``, one ``ID|STATE|NODES`` line each, ended
+    jobs included while SLURM still lists them (jobs it no longer lists are absent)."""
+    return [
+        squeue,
+        "--noheader",
+        f"--jobs={','.join(job_ids)}",
+        "--states=all",
+        "--format=%i|%T|%N",
+    ]
+
+
+def scancel_command(job_ids: Sequence[str], scancel: str = "scancel") -> list[str]:
+    """One ``scancel`` for every job in ``job_ids``."""
+    return [scancel, *job_ids]
+
+
+def sinfo_command(partition: str | None, sinfo: str = "sinfo") -> list[str]:
+    """One ``NODE|CPUS|STATE`` line per node of ``partition`` (SLURM's default: all)."""
+    return [
+        sinfo,
+        "--noheader",
+        "--Node",
+        *([f"--partition={partition}"] if partition else []),
+        "--format=%N|%c|%t",
     ]

@@ -13,7 +13,7 @@ import logging
 import shlex
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import DaskSlurmError
@@ -35,12 +35,25 @@ class SlurmCommandError(DaskSlurmError):
         super().__init__(f"{text}\n{hint}" if hint else text)
 
 
-def run(argv: Sequence[str], timeout: float, hint: str = "") -> str:
-    """Run a SLURM command; its standard output, or SlurmCommandError."""
+def run(
+    argv: Sequence[str],
+    timeout: float,
+    hint: str = "",
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+) -> str:
+    """Run a SLURM command (in ``env`` and ``cwd`` if given); its standard output and
+    error, or SlurmCommandError."""
     logger.debug("running %s", shlex.join(argv))
     try:
         done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
         )
     except OSError as e:
         raise SlurmCommandError(argv, f"could not be run ({e.strerror or e})", "", hint) from e
@@ -129,3 +142,25 @@ def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) ->
     if done is None or done.returncode != 0:
         return {}
     return parse_node_memory(done.stdout)
+
+
+def parse_squeue(text: str) -> dict[str, tuple[str, str]]:
+    """``ID|STATE|NODES`` lines -> {id: (state, nodes)} (pure)."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[0]:
+            found[parts[0]] = (parts[1], parts[2])
+    return found
+
+
+def parse_sinfo(text: str) -> dict[str, int]:
+    """``NODE|CPUS|STATE`` lines -> {node: CPUs} for nodes that are not down (pure)."""
+    found = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[1].isdigit():
+            state = parts[2].rstrip("*~#!%$@^-")
+            if state not in ("down", "drain", "drng", "fail", "failg", "futr", "inval"):
+                found[parts[0]] = int(parts[1])
+    return found

@@ -14,6 +14,14 @@
   Dask's ``retire_workers`` first moves a worker's task results elsewhere and refuses to
   retire the last worker while it holds any (results of the last jobs, not yet released):
   the plugin needs none of them, so it asks each worker to close, and each exits by itself.
+- **What growth needs to know, and how workers leave** (``dask_slurm_load``,
+  ``dask_slurm_retire_idle``): the CPUs that jobs wait for (tasks no worker can take now,
+  and what each worker was given beyond its CPUs) and how many tasks each worker holds;
+  and an idle worker's retirement that cannot lose a job: in one step of the scheduler's
+  event loop, a worker that holds no task is taken out of the running set (so nothing is
+  assigned or stolen to it any more) and asked to close. Dask's own ``retire_workers``
+  removes a worker as "expected", after which Dask itself would run its tasks again
+  elsewhere: exactly what the plugin forbids.
 """
 
 from __future__ import annotations
@@ -41,9 +49,48 @@ def close_workers(scheduler: Any) -> list[str]:
     return workers
 
 
+LOAD_HANDLER = "dask_slurm_load"
+RETIRE_IDLE_HANDLER = "dask_slurm_retire_idle"
+
+
+def _cpus(ts: Any) -> float:
+    restrictions = getattr(ts, "resource_restrictions", None) or {}
+    return float(restrictions.get("cpus", 1.0))
+
+
+def load(scheduler: Any) -> dict[str, Any]:
+    """{"waiting_cpus": CPUs asked for by tasks that no worker runs yet, "workers":
+    {worker name: tasks it holds}}."""
+    waiting = sum(_cpus(ts) for ts in list(scheduler.unrunnable))
+    waiting += sum(_cpus(ts) for ts in list(getattr(scheduler, "queued", ())))
+    workers = {}
+    for ws in list(scheduler.workers.values()):
+        held = list(ws.processing)
+        capacity = float((ws.resources or {}).get("cpus", ws.nthreads))
+        waiting += max(0.0, sum(_cpus(ts) for ts in held) - capacity)
+        workers[str(ws.name)] = len(held)
+    return {"waiting_cpus": waiting, "workers": workers}
+
+
+def retire_idle(scheduler: Any, names: list[str]) -> list[str]:
+    """Close the workers named ``names`` that hold no task; the names closed."""
+    wanted = set(names)
+    closed = []
+    for address, ws in list(scheduler.workers.items()):
+        if str(ws.name) in wanted and not ws.processing:
+            scheduler.handle_worker_status_change(
+                "closing_gracefully", ws, stimulus_id="dask-slurm-retire-idle"
+            )
+            scheduler.close_worker(address)
+            closed.append(str(ws.name))
+    return closed
+
+
 def dask_setup(scheduler: Any) -> None:
     scheduler.allowed_failures = 0
     scheduler.handlers[CLOSE_WORKERS_HANDLER] = lambda: close_workers(scheduler)
+    scheduler.handlers[LOAD_HANDLER] = lambda: load(scheduler)
+    scheduler.handlers[RETIRE_IDLE_HANDLER] = lambda names: retire_idle(scheduler, names)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:
         return

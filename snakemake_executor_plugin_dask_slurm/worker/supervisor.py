@@ -22,7 +22,7 @@ small supervisor, in place of Dask's nanny. It
 Standard library only (it runs on the nodes). Usage::
 
     python -m snakemake_executor_plugin_dask_slurm.worker.supervisor [--name NAME] [--indexed]
-        --record-dir DIR [--restarts N] -- <dask worker options without --name>
+        [--job-prefix] --record-dir DIR [--restarts N] -- <dask worker options without --name>
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class Options:
     record_dir: Path
     restarts: int
     worker_args: tuple[str, ...]
+    job_prefix: bool = False
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -68,19 +69,25 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser = argparse.ArgumentParser(prog="supervisor")
     parser.add_argument("--name")
     parser.add_argument("--indexed", action="store_true")
+    parser.add_argument("--job-prefix", action="store_true")
     parser.add_argument("--record-dir", required=True, type=Path)
     parser.add_argument("--restarts", type=int, default=0)
     ns = parser.parse_args(args[:split])
     worker_args = tuple(args[split + 1 :])
     if any(a == "--name" or a.startswith("--name=") for a in worker_args):
         raise SystemExit("supervisor: the worker's --name is set by the supervisor itself")
-    return Options(ns.name, ns.indexed, ns.record_dir, ns.restarts, worker_args)
+    return Options(ns.name, ns.indexed, ns.record_dir, ns.restarts, worker_args, ns.job_prefix)
 
 
-def worker_name(env: Mapping[str, str], hostname: str, name: str | None, indexed: bool) -> str:
-    """The worker's name: given, or the SLURM node's (host name outside SLURM), plus the
-    task's index on its node when a node runs several workers."""
+def worker_name(
+    env: Mapping[str, str], hostname: str, name: str | None, indexed: bool, job_prefix: bool = False
+) -> str:
+    """The worker's name: given, or the SLURM node's (host name outside SLURM), after
+    ``j<job id>-`` in a worker job, plus the task's index on its node when a node runs
+    several workers."""
     base = name or env.get("SLURMD_NODENAME", "").strip() or hostname
+    if job_prefix and env.get("SLURM_JOB_ID"):
+        base = f"j{env['SLURM_JOB_ID']}-{base}"
     if indexed:
         return f"{base}-{env.get('SLURM_LOCALID', '0')}"
     return base
@@ -126,7 +133,7 @@ def write_record(path: Path, record: Mapping[str, object]) -> None:
 class Supervisor:
     def __init__(self, opts: Options, env: Mapping[str, str]):
         self.opts = opts
-        self.name = worker_name(env, socket.gethostname(), opts.name, opts.indexed)
+        self.name = worker_name(env, socket.gethostname(), opts.name, opts.indexed, opts.job_prefix)
         worker_env = job_environment(env)
         worker_env.pop(proctree.JOB_MARKER, None)  # ours must not pass for a job's
         worker_env[RECORD_DIR_VARIABLE] = str(opts.record_dir)

@@ -151,7 +151,11 @@ def run_and_report(spec: TaskSpec) -> None:
         msg = {"key": spec.key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
     from distributed import get_worker
 
-    get_worker().log_event(EVENT_TOPIC, msg)
+    worker = get_worker()
+    if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
+        # Not "worker": the scheduler sets that key of a worker's event to its address.
+        msg.update(worker_name=str(worker.name), worker_pid=os.getpid())
+    worker.log_event(EVENT_TOPIC, msg)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

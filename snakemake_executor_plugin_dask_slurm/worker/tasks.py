@@ -78,3 +78,5 @@ class Finished:
     lost_on: LostWorker | None = None
     #: How long a job that succeeded ran, as its worker measured it.
     seconds: float | None = None
+    #: The worker a failed job ran on (its name and process id).
+    on: LostWorker | None = None

@@ -39,7 +39,7 @@ def test_srun_outside_an_allocation_says_how_to_get_one() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (ExecutorSettings(cluster="pbs"), "Valid values are: auto, local, srun, attach"),
+        (ExecutorSettings(cluster="pbs"), "Valid values are: auto, local, srun, sbatch, attach"),
         (ExecutorSettings(file_locking="maybe"), "Valid values are: dask-default, on, off"),
         (ExecutorSettings(workers=0), "--dask-slurm-workers must be at least 1, got 0"),
         (ExecutorSettings(cpus=-2), "--dask-slurm-cpus must be at least 1"),
@@ -90,7 +90,7 @@ def test_security_settings_and_where_they_apply() -> None:
     assert config.tls_files == ("/ca.pem", "/c.pem", "/k.pem")
     assert config.warnings == (
         "--dask-slurm-insecure is ignored when attaching to a scheduler the plugin does "
-        "not start (it applies to local mode and srun mode).",
+        "not start (it applies to local, srun and sbatch mode).",
     )
     local = resolve(ExecutorSettings(tls_cert=Path("/c.pem")), {}, Path("/wd"))
     assert local.warnings == (

@@ -1,0 +1,98 @@
+"""What a worker job runs on its first node: the run's workers on every node of the job.
+
+A worker job is an allocation like the one the run started in, so it is handled the same
+way: what SLURM granted each node (:func:`.allocation.read_allocation`), one worker per
+node with one thread per CPU (:func:`.layout.plan_layout`), one srun step per distinct
+node size (:func:`.spec.plan_worker_steps`) — the very functions of the srun mode. The
+workers are named ``j<job id>-<node>``, join the run's scheduler through its scheduler
+file with the run's credentials (paths in the recipe), and exit when the scheduler closes
+them (idle retirement, the end of the run) or is gone (Dask's death timeout); the job
+ends when its steps have. ``scancel`` stops the steps, whose supervisors end the jobs'
+processes and record it, so the plugin runs those jobs again elsewhere.
+
+The batch script is a two-line Python file that calls :func:`main` with the recipe's
+path (no shell anywhere)::
+
+    python -m snakemake_executor_plugin_dask_slurm.clusters.worker_job RECIPE.json
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+#: Seconds scontrol gets to expand the job's node list or tell its nodes' memory.
+SCONTROL_TIMEOUT = 15.0
+
+
+def say(line: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} dask-slurm worker job: {line}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import dask.system
+
+    from ..slurm.allocation import read_allocation, with_node_memory
+    from ..slurm.layout import plan_layout
+    from ..slurm.run import find_slurm_commands, scontrol_hostnames, scontrol_node_memory
+    from .spec import WorkerRecipe, plan_worker_steps
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        say("usage: python -m snakemake_executor_plugin_dask_slurm.clusters.worker_job RECIPE")
+        return 2
+    recipe = WorkerRecipe.from_json(Path(args[0]).read_text())
+    env = os.environ
+    job_id = env.get("SLURM_JOB_ID", "?")
+    commands = find_slurm_commands()
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    hostnames = (
+        scontrol_hostnames(commands.scontrol, nodelist, SCONTROL_TIMEOUT)
+        if commands.scontrol and nodelist
+        else None
+    )
+    alloc = read_allocation(env, hostnames, dask.system.CPU_COUNT, os.cpu_count() or 1)
+    if alloc.mem_mb is None and commands.scontrol:
+        memory = scontrol_node_memory(commands.scontrol, alloc.nodes, SCONTROL_TIMEOUT)
+        alloc = with_node_memory(alloc, memory)
+    layout = plan_layout(alloc, None)
+    steps = plan_worker_steps(recipe, alloc, layout, commands.srun, f"worker-job-{job_id}-")
+    say(
+        f"job {job_id}: nodes {','.join(alloc.nodes)}, CPUs {','.join(map(str, alloc.cpus))} "
+        f"({alloc.cpus_source}); workers: {layout.describe()}"
+    )
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def forward(signum: int, frame: object) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, forward)
+    child_env = dict(env) | dict(recipe.env)
+    for step in steps:
+        step.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(step.log_path, "ab") as log:
+            procs.append(
+                subprocess.Popen(
+                    list(step.argv),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=child_env,
+                )
+            )
+        say(f"started {step.name} (log: {step.log_path})")
+    codes = [proc.wait() for proc in procs]
+    say(f"every worker step ended (exit codes {', '.join(map(str, codes))})")
+    return 0 if all(code == 0 for code in codes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

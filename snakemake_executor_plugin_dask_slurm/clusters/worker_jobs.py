@@ -1,0 +1,584 @@
+"""Worker jobs: grow the farm with sbatch jobs whose workers join the run's scheduler, and
+shrink it when they are idle (the lifecycle; the decisions are :mod:`.growth`'s).
+
+- **Before anything starts** (:meth:`WorkerJobs.prepare`): the partition's nodes and their
+  CPUs (``sinfo``: what one worker job brings, so that jobs larger than the first
+  allocation's nodes are not refused), the recipe and the two-line Python batch script
+  written into the run directory, and ``sbatch --test-only`` with the very options of the
+  real submissions: a wrong partition, account or size is an error at start-up that names
+  the option.
+- **A thread** (:meth:`WorkerJobs.start`) that every second asks the scheduler what waits
+  and what each worker holds (one small RPC, ``dask_slurm_load``), every few seconds asks
+  ``squeue`` about the worker jobs (one call for all), decides (:func:`.growth.decide`),
+  and acts: ``sbatch``, ``scancel`` of pending jobs no longer needed, retirement of idle
+  ones through the scheduler (``dask_slurm_retire_idle``: no job can be lost, see
+  :mod:`..worker.scheduler_preload`), after which the job ends by itself.
+- **At the end** (:meth:`WorkerJobs.close`), on every path: one ``scancel`` for every
+  worker job still pending or running, then a check that ``squeue`` lists none.
+
+A worker job that ends under the run (scancel, its time limit, a node failure) is a worker
+lost like any other: its supervisors end the jobs' processes and record it, and the
+executor runs those jobs again elsewhere (:mod:`..dispatch.recovery`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shlex
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import GrowthConfig
+from ..errors import DaskSlurmError
+from ..slurm.argv import (
+    sbatch_command,
+    scancel_command,
+    sinfo_command,
+    squeue_command,
+    sweep_step_command,
+)
+from ..slurm.hostlist import expand_hostlist
+from ..slurm.run import SlurmCommandError, ask, parse_sinfo, parse_squeue
+from ..slurm.run import run as slurm_run
+from ..worker.scheduler_preload import LOAD_HANDLER, RETIRE_IDLE_HANDLER
+from . import growth
+from .spec import WorkerRecipe
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between two looks at the scheduler's load, and between two squeue calls.
+TICK_SECONDS = 1.0
+POLL_SECONDS = 5.0
+#: A backlog must last this long before a worker job is submitted.
+GROW_AFTER = 5.0
+SLURM_TIMEOUT = 30.0
+RPC_TIMEOUT = 5.0
+#: A retired job still listed this long after its workers left is cancelled.
+RETIRE_GRACE = 30.0
+#: A job that failed on a worker job's worker: the second look at that job's state.
+ENDING_RECHECK = 0.5
+#: Seconds close() waits for squeue to list no worker job any more.
+GONE_TIMEOUT = 20.0
+PENDING_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"}
+)
+RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "STOPPED", "COMPLETING", "SIGNALING"})
+SCRIPT_NAME = "worker-job.py"
+RECIPE_NAME = "recipe.json"
+
+
+@dataclass(frozen=True)
+class GrowthCommands:
+    sbatch: str
+    squeue: str
+    scancel: str
+    sinfo: str
+    srun: str
+
+    @classmethod
+    def find(cls) -> GrowthCommands:
+        import shutil
+
+        names = ("sbatch", "squeue", "scancel", "sinfo", "srun")
+        found = {name: shutil.which(name) for name in names}
+        missing = [name for name, path in found.items() if path is None]
+        if missing:
+            raise DaskSlurmError(
+                f"Worker jobs need SLURM's {', '.join(missing)}, not found on PATH. Make "
+                "SLURM's commands available (often 'module load slurm'), or run without "
+                "--dask-slurm-worker-jobs."
+            )
+        return cls(**{k: str(v) for k, v in found.items()})
+
+
+@dataclass
+class Tracked:
+    """One worker job as the plugin knows it."""
+
+    job_id: str
+    cpus: float
+    submitted: float
+    state: str = "PENDING"
+    nodes: tuple[str, ...] = ()
+    started: float | None = None
+    joined: float | None = None
+    ended: float | None = None
+    #: Why it ended, as the plugin tells it (None: still there, or not yet known).
+    end: str | None = None
+    #: What the plugin did to it: "retired", "cancelled" (pending, no longer needed),
+    #: "stopped" (the run ended).
+    action: str | None = None
+    action_at: float | None = None
+    idle_since: float | None = None
+    workers: set[str] = field(default_factory=set)
+
+
+def submission_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment sbatch runs in: without this allocation's SLURM_* variables
+    (SLURM_CONF excepted), which sbatch would otherwise pass into the worker job and
+    which would describe the wrong allocation there."""
+    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+def batch_script(python: str, recipe_path: Path) -> str:
+    """The worker job's batch script: Python, no shell."""
+    return (
+        f"#!{python}\n"
+        "# A dask-slurm worker job: Dask workers on this job's nodes join a running workflow.\n"
+        "from snakemake_executor_plugin_dask_slurm.clusters.worker_job import main\n"
+        f"raise SystemExit(main([{str(recipe_path)!r}]))\n"
+    )
+
+
+def worker_job_of(worker: str) -> str | None:
+    """``j1234-n3`` -> ``1234`` (None: not a worker job's worker)."""
+    if not worker.startswith("j"):
+        return None
+    job_id = worker[1:].partition("-")[0]
+    return job_id if job_id.isdigit() else None
+
+
+class WorkerJobs:
+    """The run's worker jobs: submitted, watched, retired, cancelled."""
+
+    def __init__(
+        self,
+        config: GrowthConfig,
+        recipe: WorkerRecipe,
+        run_dir: Path,
+        name: str,
+        commands: GrowthCommands,
+        say: Callable[[str], None],
+        warn: Callable[[str], None],
+    ):
+        self.config = config
+        self.recipe = recipe
+        self.dir = run_dir / "worker-jobs"
+        self.logs = Path(recipe.log_dir)
+        self.name = name
+        self.commands = commands
+        self.say, self.warn = say, warn
+        self.jobs: dict[str, Tracked] = {}
+        self.node_cpus: dict[str, int] = {}
+        self.failures = 0
+        self.next_submission = 0.0
+        self.paused = False
+        self.backlog_since: float | None = None
+        self.empty_since: float | None = None
+        self.first_submission: float | None = None
+        self.first_backlog: float | None = None
+        self._last_poll = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.client: Client | None = None
+
+    # -- before anything starts --------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Nodes of the partition, the batch script, and SLURM's dry run of a submission."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        recipe_path = self.dir / RECIPE_NAME
+        recipe_path.write_text(self.recipe.to_json())
+        script = self.dir / SCRIPT_NAME
+        script.write_text(batch_script(self.recipe.python, recipe_path))
+        script.chmod(0o700)
+        try:
+            said = self._sbatch(test_only=True)
+        except SlurmCommandError as e:
+            raise DaskSlurmError(
+                f"SLURM would not accept the worker jobs (checked with sbatch --test-only "
+                f"before submitting anything): {e.said.strip() or e.problem}. The options "
+                f"were: {self.options_text()}. Fix the one SLURM names (a partition or "
+                "account that does not exist or that you may not use, more nodes or CPUs "
+                "than a node or the partition has, a time limit above the partition's), "
+                "or run without --dask-slurm-worker-jobs."
+            ) from None
+        logger.debug("sbatch --test-only said: %s", said)
+        listed = slurm_run(sinfo_command(self.config.partition, self.commands.sinfo), SLURM_TIMEOUT)
+        self.node_cpus = parse_sinfo(listed)
+        if not self.node_cpus:
+            where = f"partition {self.config.partition}" if self.config.partition else "SLURM"
+            raise DaskSlurmError(
+                f"Worker jobs: {where} lists no node that is up (sinfo). Name a partition "
+                "with nodes in service with --dask-slurm-worker-job-partition."
+            )
+
+    def options_text(self) -> str:
+        c = self.config
+        parts = [
+            f"--dask-slurm-worker-job-nodes {c.nodes}",
+            f"--dask-slurm-worker-job-cpus {c.cpus_per_node}"
+            if c.cpus_per_node
+            else "whole nodes (--exclusive)",
+        ]
+        if c.partition:
+            parts.append(f"--dask-slurm-worker-job-partition {c.partition}")
+        if c.account:
+            parts.append(f"--dask-slurm-worker-job-account {c.account}")
+        if c.time_limit:
+            parts.append(f"--dask-slurm-worker-job-time {c.time_limit}")
+        if c.sbatch_args:
+            parts.append(f"--dask-slurm-sbatch-args {shlex.join(c.sbatch_args)!r}")
+        return ", ".join(parts)
+
+    def offers(self) -> list[dict[str, float]]:
+        """What one worker of a worker job offers (for admission): its CPUs."""
+        if self.config.cpus_per_node:
+            return [{"cpus": float(self.config.cpus_per_node)}]
+        return [{"cpus": float(c)} for c in sorted(set(self.node_cpus.values()))]
+
+    @property
+    def cpus_per_job(self) -> float:
+        """What one worker job brings, counted low (the smallest nodes)."""
+        per_node = self.config.cpus_per_node or min(self.node_cpus.values(), default=1)
+        return float(per_node * self.config.nodes)
+
+    def _sbatch(self, test_only: bool = False) -> str:
+        argv = sbatch_command(
+            str(self.dir / SCRIPT_NAME),
+            job_name=self.name,
+            output=str(self.logs / "worker-job-%j.out"),
+            nodes=self.config.nodes,
+            cpus_per_node=self.config.cpus_per_node,
+            time_limit=self.config.time_limit,
+            partition=self.config.partition,
+            account=self.config.account,
+            sbatch_args=self.config.sbatch_args,
+            test_only=test_only,
+            sbatch=self.commands.sbatch,
+        )
+        self.logs.mkdir(parents=True, exist_ok=True)
+        return slurm_run(argv, SLURM_TIMEOUT, env=submission_env(os.environ), cwd=str(self.dir))
+
+    # -- the thread --------------------------------------------------------------------
+
+    def start(self, client: Client) -> None:
+        self.client = client
+        self._thread = threading.Thread(target=self._run, name="dask-slurm-growth", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            try:
+                self.tick(time.time())
+            except Exception as e:  # one bad tick must not end growth
+                logger.warning("dask-slurm: worker jobs: %s: %s", type(e).__name__, e)
+
+    def _rpc(self, handler: str, **kwargs: Any) -> Any:
+        client: Any = self.client
+        method = getattr(client.scheduler, handler)
+        return client.sync(method, callback_timeout=RPC_TIMEOUT, **kwargs)
+
+    def tick(self, now: float) -> None:
+        if self.client is None:
+            return
+        load = self._rpc(LOAD_HANDLER)
+        waiting = float(load.get("waiting_cpus", 0.0))
+        held: dict[str, int] = load.get("workers", {})
+        with self._lock:
+            if now - self._last_poll >= POLL_SECONDS:
+                self._poll(now)
+            self._see_workers(held, now)
+            if waiting > 0:
+                self.backlog_since = self.backlog_since or now
+                self.first_backlog = self.first_backlog or now
+                self.empty_since = None
+            else:
+                self.backlog_since = None
+                self.empty_since = self.empty_since or now
+            live = [j for j in self.jobs.values() if j.ended is None and j.action is None]
+            situation = growth.Situation(
+                now=now,
+                backlog_cpus=waiting,
+                jobs=[
+                    growth.WorkerJob(
+                        j.job_id,
+                        growth.RUNNING if j.joined else growth.PENDING,
+                        j.cpus,
+                        j.idle_since,
+                        j.submitted,
+                    )
+                    for j in live
+                ],
+                max_jobs=self.config.max_jobs,
+                cpus_per_job=self.cpus_per_job,
+                idle_seconds=self.config.idle_seconds,
+                empty_since=self.empty_since,
+                next_submission=self.next_submission,
+                paused=self.paused,
+                backlog_since=self.backlog_since,
+                grow_after=GROW_AFTER,
+            )
+            decision = growth.decide(situation)
+            if decision.submit:
+                self._submit(decision.submit, waiting, now)
+            if decision.cancel:
+                self._cancel(list(decision.cancel), now, "cancelled")
+            for job_id in decision.retire:
+                self._retire(self.jobs[job_id], now)
+            self._cancel_stuck_retirements(now)
+
+    def _see_workers(self, held: Mapping[str, int], now: float) -> None:
+        by_job: dict[str, list[int]] = {}
+        for name, tasks in held.items():
+            job_id = worker_job_of(name)
+            if job_id is not None:
+                by_job.setdefault(job_id, []).append(tasks)
+                if job_id in self.jobs:
+                    self.jobs[job_id].workers.add(name)
+        for job_id, counts in by_job.items():
+            job = self.jobs.get(job_id)
+            if job is None:
+                continue
+            if job.joined is None:
+                job.joined = now
+                waited = now - job.submitted
+                self.say(
+                    f"worker job {job_id}: {len(counts)} worker(s) joined "
+                    f"({', '.join(sorted(job.workers))}), {waited:.0f} s after submission"
+                )
+            busy = any(counts)
+            job.idle_since = None if busy else (job.idle_since or now)
+
+    def _poll(self, now: float) -> None:
+        self._last_poll = now
+        ids = [j.job_id for j in self.jobs.values() if j.ended is None]
+        if not ids:
+            return
+        done = ask(squeue_command(ids, self.commands.squeue), SLURM_TIMEOUT)
+        if done is None or (done.returncode != 0 and "Invalid job id" not in done.stderr):
+            return  # the controller did not answer: ask again next time
+        states = parse_squeue(done.stdout)
+        for job_id in ids:
+            job = self.jobs[job_id]
+            state, nodes = states.get(job_id, ("GONE", ""))
+            state = state.split()[0] if state else "GONE"
+            if nodes and nodes not in ("(null)", "None assigned"):
+                with contextlib.suppress(ValueError):
+                    job.nodes = tuple(expand_hostlist(nodes))
+            if state in RUNNING_STATES and job.started is None:
+                job.started = now
+                self.say(
+                    f"worker job {job_id} started on {','.join(job.nodes) or '?'} after "
+                    f"{now - job.submitted:.0f} s in the queue"
+                )
+            if state in PENDING_STATES or state == "RUNNING":
+                job.state = state
+                continue
+            if state in RUNNING_STATES:  # completing, suspended: not over yet
+                job.state = state
+                continue
+            job.state, job.ended = state, now
+            self._ended(job)
+
+    def _ended(self, job: Tracked) -> None:
+        if job.action in ("retired", "cancelled", "stopped"):
+            job.end = job.action
+            return
+        job.end = f"ended ({job.state.lower()})"
+        ran = f" after running {job.ended - job.started:.0f} s" if job.started and job.ended else ""
+        self.warn(
+            f"worker job {job.job_id} ended under the run ({job.state}){ran}: the jobs its "
+            f"workers ran are run again elsewhere; its log: {self.logs}/worker-job-"
+            f"{job.job_id}.out"
+        )
+
+    def _submit(self, count: int, waiting: float, now: float) -> None:
+        submitted = []
+        for _ in range(count):
+            try:
+                said = self._sbatch()
+            except SlurmCommandError as e:
+                self.failures += 1
+                self.next_submission, self.paused = growth.after_failure(self.failures, now)
+                if self.paused:
+                    self.warn(
+                        f"worker jobs: {self.failures} submissions in a row failed, so the "
+                        f"run stops growing and goes on with the workers it has. The last "
+                        f"failure: {e}"
+                    )
+                else:
+                    self.warn(
+                        f"worker jobs: a submission failed, next try in "
+                        f"{self.next_submission - now:.0f} s: {e}"
+                    )
+                break
+            job_id = said.strip().splitlines()[-1].split(";")[0].strip() if said.strip() else ""
+            if not job_id.isdigit():
+                self.warn(f"worker jobs: sbatch printed no job id: {said.strip()!r}")
+                break
+            self.failures = 0
+            self.jobs[job_id] = Tracked(job_id, self.cpus_per_job, now)
+            submitted.append(job_id)
+        if submitted:
+            self.first_submission = self.first_submission or now
+            pending = sum(1 for j in self.jobs.values() if j.ended is None and not j.joined)
+            self.say(
+                f"submitted worker job(s) {', '.join(submitted)} ({self.name}): jobs wait for "
+                f"{waiting:g} CPU(s); {pending} worker job(s) now queued or starting, at "
+                f"most {self.config.max_jobs} at once"
+            )
+            self._last_poll = 0.0  # look at them soon
+
+    def _cancel(self, ids: list[str], now: float, action: str) -> None:
+        if not ids:
+            return
+        ask(scancel_command(ids, self.commands.scancel), SLURM_TIMEOUT)
+        for job_id in ids:
+            job = self.jobs[job_id]
+            job.action, job.action_at = action, now
+        if action == "cancelled":
+            self.say(
+                f"cancelled pending worker job(s) {', '.join(ids)}: nothing has waited for "
+                f"{self.config.idle_seconds:g} s"
+            )
+
+    def _retire(self, job: Tracked, now: float) -> None:
+        names = sorted(job.workers)
+        closed = self._rpc(RETIRE_IDLE_HANDLER, names=names)
+        if set(closed) != set(names):
+            return  # one got a task meanwhile: it is not idle after all
+        job.action, job.action_at = "retired", now
+        self.say(
+            f"worker job {job.job_id} retired: idle for {now - (job.idle_since or now):.0f} s "
+            f"with nothing waiting; its worker(s) left, the job ends"
+        )
+
+    def _cancel_stuck_retirements(self, now: float) -> None:
+        stuck = [
+            j.job_id
+            for j in self.jobs.values()
+            if j.action == "retired"
+            and j.ended is None
+            and now - (j.action_at or now) > RETIRE_GRACE
+        ]
+        if stuck:
+            ask(scancel_command(stuck, self.commands.scancel), SLURM_TIMEOUT)
+            for job_id in stuck:
+                self.jobs[job_id].action_at = now  # once per grace period
+
+    # -- what the executor asks ----------------------------------------------------------
+
+    def active(self) -> bool:
+        """Whether workers may still come: a worker job is queued or running, or growth
+        can still submit."""
+        with self._lock:
+            if any(j.ended is None and j.action is None for j in self.jobs.values()):
+                return True
+            return not self.paused
+
+    def owns(self, worker: str) -> bool:
+        return worker_job_of(worker) is not None
+
+    def ending(self, worker: str, since: float) -> bool:
+        """Whether the worker job of ``worker`` has ended or is ending, as SLURM tells it
+        after ``since`` (when a job's failure was noticed). SLURM changes a job's state
+        before it signals its processes, so a job killed with it sees this; one more
+        look half a second later covers a failure that raced the change. Failures noticed
+        together share the same squeue calls."""
+        job = self.jobs.get(worker_job_of(worker) or "")
+        if job is None:
+            return False
+        for after in (since, since + ENDING_RECHECK):
+            time.sleep(max(0.0, after - time.time()))
+            with self._lock:
+                if self._last_poll <= after:
+                    self._poll(time.time())
+            if job.ended is not None or job.state != "RUNNING":
+                return True
+        return False
+
+    def sweep(self, worker: str, keys: list[str]) -> str | None:
+        """End the jobs' processes left where a worker job's worker died."""
+        job_id = worker_job_of(worker)
+        job = self.jobs.get(job_id or "")
+        if job is None:
+            return None
+        self._poll(time.time())
+        if job.ended is not None:
+            return f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
+        rest = worker.partition("-")[2]
+        node = rest if rest in job.nodes else rest.rpartition("-")[0]
+        if node not in job.nodes:
+            return None
+        try:
+            said = slurm_run(
+                sweep_step_command(node, sys.executable, keys, self.commands.srun, job.job_id),
+                SLURM_TIMEOUT,
+            )
+        except SlurmCommandError as e:
+            logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
+            return None
+        return f"an srun step in worker job {job.job_id} on {node} ended them ({said.strip()})"
+
+    # -- the end -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop deciding (before the client closes)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=RPC_TIMEOUT + SLURM_TIMEOUT)
+
+    def close(self) -> None:
+        """Cancel every worker job still queued or running (one scancel), and check that
+        squeue lists none any more."""
+        self.stop()
+        with self._lock:
+            left = [j.job_id for j in self.jobs.values() if j.ended is None]
+            if not left:
+                return
+            now = time.time()
+            for job_id in left:
+                job = self.jobs[job_id]
+                if job.action is None:
+                    job.action, job.action_at = "stopped", now
+            ask(scancel_command(left, self.commands.scancel), SLURM_TIMEOUT)
+            deadline = time.monotonic() + GONE_TIMEOUT
+            while True:
+                self._poll(time.time())
+                still = [j.job_id for j in self.jobs.values() if j.ended is None]
+                if not still or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        if still:
+            self.warn(
+                f"worker job(s) {', '.join(still)} still listed by squeue "
+                f"{GONE_TIMEOUT:.0f} s after scancel; check with 'squeue --jobs="
+                f"{','.join(still)}' and cancel them with 'scancel {' '.join(still)}'"
+            )
+
+    def summary(self) -> str | None:
+        """One line for the end of the run: how many, for how long."""
+        if not self.jobs:
+            return None
+        jobs = list(self.jobs.values())
+        ran = [j for j in jobs if j.started is not None]
+        node_seconds = sum(
+            ((j.ended or time.time()) - (j.started or 0.0)) * max(1, len(j.nodes)) for j in ran
+        )
+        ends: dict[str, int] = {}
+        for j in jobs:
+            ends[j.end or "running"] = ends.get(j.end or "running", 0) + 1
+        how = ", ".join(f"{n} {what}" for what, n in sorted(ends.items()))
+        first = (
+            f"; first submitted {self.first_submission - self.first_backlog:.1f} s after "
+            "jobs began to wait"
+            if self.first_submission and self.first_backlog
+            else ""
+        )
+        return (
+            f"worker jobs: {len(jobs)} submitted, {len(ran)} ran, for "
+            f"{math.ceil(node_seconds / 60)} node-minute(s) in all ({how}){first}"
+        )

@@ -1,0 +1,61 @@
+"""The scheduler handlers growth relies on, on a real (in-process) Dask scheduler: what
+waits for CPUs and what each worker holds, and the retirement of idle workers only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from distributed import Client, LocalCluster
+
+from snakemake_executor_plugin_dask_slurm.worker.scheduler_preload import (
+    LOAD_HANDLER,
+    RETIRE_IDLE_HANDLER,
+    dask_setup,
+)
+
+
+def nap(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def call(client: Client, handler: str, **kwargs: Any) -> Any:
+    c: Any = client
+    return c.sync(getattr(c.scheduler, handler), **kwargs)
+
+
+def test_load_and_idle_retirement() -> None:
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            resources={"cpus": 1},
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.run_on_scheduler(lambda dask_scheduler: dask_setup(dask_scheduler))
+        assert call(client, LOAD_HANDLER) == {"waiting_cpus": 0.0, "workers": {"0": 0, "1": 0}}
+        futures = client.map(nap, [2.0, 2.0, 2.0], resources={"cpus": 1}, pure=False)
+        deadline = time.monotonic() + 20
+        while sum((load := call(client, LOAD_HANDLER))["workers"].values()) < 3:
+            assert time.monotonic() < deadline, load
+            time.sleep(0.05)
+        # Three one-CPU tasks on two one-CPU workers: one waits.
+        assert load["waiting_cpus"] == 1.0, load
+        # Busy workers are not retired.
+        assert call(client, RETIRE_IDLE_HANDLER, names=["0", "1"]) == []
+        assert client.gather(futures) == [2.0, 2.0, 2.0]
+        while any(call(client, LOAD_HANDLER)["workers"].values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # An idle one is, and only the one named.
+        assert call(client, RETIRE_IDLE_HANDLER, names=["0"]) == ["0"]
+        while len(client.scheduler_info()["workers"]) > 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        names = [w["name"] for w in client.scheduler_info()["workers"].values()]
+        assert names == [1], names
+        assert client.submit(nap, 0.0, resources={"cpus": 1}).result(timeout=10) == 0.0

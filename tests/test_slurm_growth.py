@@ -1,0 +1,262 @@
+"""Growing the farm with worker jobs, on the project's SLURM test cluster (n1 4 CPUs, n2 4
+CPUs, n3 8 CPUs): inside a one-node allocation (worker jobs take the other nodes), from the
+login side with no allocation at all (``--dask-slurm-cluster sbatch``), a worker job that
+cannot start, a partition that does not exist, a worker job scancelled under the run, and
+idle worker jobs retired before the workflow ends. Every output's content is checked, and
+after every test nothing is left in squeue and no process of ours is alive."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.conftest import VENV_BIN
+
+if TYPE_CHECKING:
+    from tests.slurm_cluster.fixtures import SlurmTestCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
+
+SNAKEMAKE = str(VENV_BIN / "snakemake")
+
+# Each job writes its output slowly (a line a second), then the node it ran on. Literal
+# shell commands: they run the direct way (no Snakemake started per job).
+FARM = r"""
+N = int(config.get("count", 40))
+
+rule all:
+    input: expand("out/{i}.txt", i=range(N)), "tail.txt"
+
+rule task:
+    output: "out/{i}.txt"
+    params: seconds=config.get("seconds", 3)
+    shell:
+        "for k in $(seq 1 {params.seconds}); do echo $k >> {output}; sleep 1; done; "
+        "echo node=$SLURMD_NODENAME >> {output}"
+
+# Runs after every task, alone: long enough for idle worker jobs to be retired.
+rule tail:
+    input: expand("out/{i}.txt", i=range(N))
+    output: "tail.txt"
+    params: seconds=config.get("tail", 0)
+    shell: "sleep {params.seconds}; echo tail > {output}"
+"""
+
+
+def write_farm(workdir: Path) -> Path:
+    (workdir / "Snakefile").write_text(FARM)
+    return workdir
+
+
+def check_outputs(workdir: Path, count: int, seconds: int) -> Counter[str]:
+    """Every output complete and written once; how many each node wrote."""
+    nodes: Counter[str] = Counter()
+    expected = [str(k) for k in range(1, seconds + 1)]
+    for i in range(count):
+        lines = (workdir / "out" / f"{i}.txt").read_text().splitlines()
+        assert lines[:-1] == expected, f"out/{i}.txt is wrong: {lines}"
+        assert lines[-1].startswith("node="), f"out/{i}.txt is wrong: {lines}"
+        nodes[lines[-1].removeprefix("node=")] += 1
+    assert (workdir / "tail.txt").read_text() == "tail\n"
+    return nodes
+
+
+def snakemake_argv(*args: str) -> list[str]:
+    return [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "100", *args]
+
+
+def start(
+    cluster: SlurmTestCluster, workdir: Path, token: str, argv: list[str]
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv,
+        cwd=workdir,
+        env={**cluster.env, "DASK_SLURM_TEST_TOKEN": token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str], cluster: SlurmTestCluster, timeout: float) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return out
+    finally:
+        kill(proc, cluster)
+
+
+def kill(proc: subprocess.Popen[str], cluster: SlurmTestCluster) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        cluster.cancel_all()
+
+
+def our_jobs(cluster: SlurmTestCluster) -> list[str]:
+    return [f"{j.job_id} {j.name} {j.state}" for j in cluster.squeue_jobs()]
+
+
+def test_grows_inside_a_one_node_allocation(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-worker-jobs", "2", "--config", "count=40", "seconds=3", "tail=0"
+    )
+    proc = slurm_cluster.salloc(
+        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
+        argv,
+        timeout=240,
+        env_extra={"DASK_SLURM_TEST_TOKEN": no_leftovers},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert re.search(r"submitted worker job\(s\) \d+, \d+", out), out
+    assert re.search(r"worker job \d+: 1 worker\(s\) joined \(j\d+-n[23]\)", out), out
+    nodes = check_outputs(workdir, 40, 3)
+    assert set(nodes) == {"n1", "n2", "n3"}, nodes
+    assert re.search(r"worker jobs: 2 submitted, 2 ran", out), out
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+
+
+def test_sbatch_mode_from_the_login_side_with_a_heterogeneous_worker_job(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """One worker job of all three nodes (4, 4 and 8 CPUs): two srun steps, like an
+    allocation; the farm runs on worker jobs only."""
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-cluster", "sbatch", "--dask-slurm-worker-jobs", "1",
+        "--dask-slurm-worker-job-nodes", "3",
+        "--config", "count=48", "seconds=2", "tail=0",
+    )  # fmt: skip
+    out = finish(start(slurm_cluster, workdir, no_leftovers, argv), slurm_cluster, 240)
+    assert "dask-slurm: sbatch (requested with --dask-slurm-cluster)" in out, out
+    joined = re.search(r"worker job (\d+): 3 worker\(s\) joined \(j\d+-n1, j\d+-n2, j\d+-n3\)", out)
+    assert joined, out
+    nodes = check_outputs(workdir, 48, 2)
+    assert set(nodes) == {"n1", "n2", "n3"}, nodes
+    job = joined.group(1)
+    logs = (workdir / ".snakemake/dask-slurm/logs").iterdir()
+    steps = sorted(p.name for p in logs if p.name.startswith(f"worker-job-{job}-workers-"))
+    assert len(steps) == 2, steps
+    assert steps[0].endswith("-4cpus.log") and steps[1].endswith("-8cpus.log"), steps
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+
+
+def test_a_worker_job_that_cannot_start_is_cancelled_at_the_end(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """Inside a one-node allocation a worker job of three nodes can never start (only two
+    are free): the run completes on its own node, and the pending job is cancelled."""
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-worker-jobs", "1", "--dask-slurm-worker-job-nodes", "3",
+        "--config", "count=24", "seconds=2", "tail=0",
+    )  # fmt: skip
+    proc = slurm_cluster.salloc(
+        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
+        argv,
+        timeout=240,
+        env_extra={"DASK_SLURM_TEST_TOKEN": no_leftovers},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert re.search(r"submitted worker job\(s\) \d+ ", out), out
+    assert set(check_outputs(workdir, 24, 2)) == {"n1"}
+    assert re.search(r"worker jobs: 1 submitted, 0 ran", out), out
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+    # SLURM's backfill may keep nodes "planned" for the cancelled job until its next pass.
+    assert slurm_cluster.wait_until_quiet(45), slurm_cluster.node_states()
+
+
+def test_a_partition_that_does_not_exist_fails_at_start_up(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-cluster", "sbatch", "--dask-slurm-worker-job-partition", "nosuch",
+        "--config", "count=2", "seconds=1",
+    )  # fmt: skip
+    began = time.monotonic()
+    out = finish(start(slurm_cluster, workdir, no_leftovers, argv), slurm_cluster, 120)
+    assert time.monotonic() - began < 60, out
+    assert "invalid partition specified: nosuch" in out, out  # SLURM's own words
+    assert "--dask-slurm-worker-job-partition nosuch" in out.split("The options were:")[-1], out
+    assert not (workdir / "out").exists()
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+
+
+def test_scancel_of_a_running_worker_job_loses_no_job(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """Two worker jobs; one is scancelled while its jobs write their outputs: those jobs
+    run again elsewhere (a new worker job comes), and every output is whole."""
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-cluster", "sbatch", "--dask-slurm-worker-jobs", "2",
+        "--dask-slurm-worker-job-cpus", "4",
+        "--config", "count=40", "seconds=4", "tail=0",
+    )  # fmt: skip
+    proc = start(slurm_cluster, workdir, no_leftovers, argv)
+    victim = None
+    try:
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline and proc.poll() is None:
+            running = [j for j in slurm_cluster.squeue_jobs() if j.state == "RUNNING"]
+            out_dir = workdir / "out"
+            outputs = list(out_dir.glob("*.txt")) if out_dir.exists() else []
+            if len(running) == 2 and len(outputs) >= 4:
+                victim = running[0].job_id
+            time.sleep(0.2)
+    finally:
+        if victim is None:
+            kill(proc, slurm_cluster)
+    assert victim is not None, "the worker jobs never ran"
+    time.sleep(1.5)  # their jobs are half-way through writing
+    slurm_cluster.run(["scancel", victim])
+    out = finish(proc, slurm_cluster, 240)
+    assert proc.returncode == 0, out
+    assert f"worker job {victim} ended under the run" in out, out
+    assert "Running it again on another worker" in out, out
+    check_outputs(workdir, 40, 4)
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+
+
+def test_idle_worker_jobs_leave_before_the_workflow_ends(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """A backlog that empties, then one long job: the idle worker jobs are retired (their
+    workers leave through the scheduler) while it runs, and no job is lost."""
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-worker-jobs", "2", "--dask-slurm-worker-job-idle", "3",
+        "--config", "count=40", "seconds=2", "tail=25",
+    )  # fmt: skip
+    proc = slurm_cluster.salloc(
+        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
+        argv,
+        timeout=240,
+        env_extra={"DASK_SLURM_TEST_TOKEN": no_leftovers},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    # One of them may run the tail job itself, and then it is not idle.
+    retired = re.findall(r"worker job (\d+) retired: idle", out)
+    assert retired, out
+    nodes = check_outputs(workdir, 40, 2)
+    assert {"n2", "n3"} & set(nodes), nodes
+    # Retired while the tail job still ran: the run's end found nothing to cancel.
+    assert re.search(rf"worker jobs: 2 submitted, 2 ran, .*{len(retired)} retired", out), out
+    assert "Removing output files" not in out, out
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
