@@ -106,6 +106,20 @@ def our_jobs(cluster: SlurmTestCluster) -> list[str]:
     return [f"{j.job_id} {j.name} {j.state}" for j in cluster.squeue_jobs()]
 
 
+def on_one_node(cluster: SlurmTestCluster, workdir: Path, token: str, argv: list[str]) -> str:
+    """Run ``argv`` inside ``salloc -N1 -w n1 --exclusive`` (4 CPUs); its output, once it
+    succeeded."""
+    proc = cluster.salloc(
+        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
+        argv,
+        timeout=240,
+        env_extra={"DASK_SLURM_TEST_TOKEN": token},
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    return out
+
+
 def test_grows_inside_a_one_node_allocation(
     slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
 ) -> None:
@@ -113,14 +127,7 @@ def test_grows_inside_a_one_node_allocation(
     argv = snakemake_argv(
         "--dask-slurm-worker-jobs", "2", "--config", "count=40", "seconds=3", "tail=0"
     )
-    proc = slurm_cluster.salloc(
-        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
-        argv,
-        timeout=240,
-        env_extra={"DASK_SLURM_TEST_TOKEN": no_leftovers},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = on_one_node(slurm_cluster, workdir, no_leftovers, argv)
     assert re.search(r"submitted worker job\(s\) \d+, \d+", out), out
     assert re.search(r"worker job \d+: 1 worker\(s\) joined \(j\d+-n[23]\)", out), out
     nodes = check_outputs(workdir, 40, 3)
@@ -164,14 +171,7 @@ def test_a_worker_job_that_cannot_start_is_cancelled_at_the_end(
         "--dask-slurm-worker-jobs", "1", "--dask-slurm-worker-job-nodes", "3",
         "--config", "count=24", "seconds=2", "tail=0",
     )  # fmt: skip
-    proc = slurm_cluster.salloc(
-        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
-        argv,
-        timeout=240,
-        env_extra={"DASK_SLURM_TEST_TOKEN": no_leftovers},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = on_one_node(slurm_cluster, workdir, no_leftovers, argv)
     assert re.search(r"submitted worker job\(s\) \d+ ", out), out
     assert set(check_outputs(workdir, 24, 2)) == {"n1"}
     assert re.search(r"worker jobs: 1 submitted, 0 ran", out), out
@@ -243,14 +243,7 @@ def test_idle_worker_jobs_leave_before_the_workflow_ends(
         "--dask-slurm-worker-jobs", "2", "--dask-slurm-worker-job-idle", "3",
         "--config", "count=40", "seconds=2", "tail=25",
     )  # fmt: skip
-    proc = slurm_cluster.salloc(
-        ["-N1", "-w", "n1", "--exclusive", f"--chdir={workdir}", "--time=5"],
-        argv,
-        timeout=240,
-        env_extra={"DASK_SLURM_TEST_TOKEN": no_leftovers},
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
+    out = on_one_node(slurm_cluster, workdir, no_leftovers, argv)
     # One of them may run the tail job itself, and then it is not idle.
     retired = re.findall(r"worker job (\d+) retired: idle", out)
     assert retired, out

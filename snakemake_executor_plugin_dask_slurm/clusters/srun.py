@@ -18,15 +18,14 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from ..config import RunConfig
-from ..slurm.allocation import Allocation, read_allocation, with_node_memory
+from ..slurm.allocation import Allocation
 from ..slurm.argv import sweep_step_command
 from ..slurm.layout import WorkerLayout, plan_layout
 from ..slurm.run import (
     SlurmCommandError,
     find_slurm_commands,
-    scontrol_hostnames,
+    read_granted_allocation,
     scontrol_job_state,
-    scontrol_node_memory,
     scontrol_time_left,
 )
 from ..slurm.run import run as slurm_run
@@ -72,14 +71,9 @@ class SrunCluster(ProcessCluster):
 
         env: Mapping[str, str] = os.environ
         commands = find_slurm_commands()
-        nodelist = env.get("SLURM_JOB_NODELIST", "")
-        hostnames = None
-        if commands.scontrol and nodelist:
-            hostnames = scontrol_hostnames(commands.scontrol, nodelist, SCONTROL_TIMEOUT)
-        alloc = read_allocation(env, hostnames, dask.system.CPU_COUNT, os.cpu_count() or 1)
-        if alloc.mem_mb is None and commands.scontrol:
-            memory = scontrol_node_memory(commands.scontrol, alloc.nodes, SCONTROL_TIMEOUT)
-            alloc = with_node_memory(alloc, memory)
+        alloc = read_granted_allocation(
+            env, commands.scontrol, dask.system.CPU_COUNT, os.cpu_count() or 1, SCONTROL_TIMEOUT
+        )
         layout = plan_layout(alloc, config.workers)
         others = [node for node in alloc.nodes if node != alloc.this_node]
         host = choose_scheduler_host(

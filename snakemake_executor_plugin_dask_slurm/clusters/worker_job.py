@@ -37,9 +37,8 @@ def say(line: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     import dask.system
 
-    from ..slurm.allocation import read_allocation, with_node_memory
     from ..slurm.layout import plan_layout
-    from ..slurm.run import find_slurm_commands, scontrol_hostnames, scontrol_node_memory
+    from ..slurm.run import find_slurm_commands, read_granted_allocation
     from .spec import WorkerRecipe, plan_worker_steps
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -50,16 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = os.environ
     job_id = env.get("SLURM_JOB_ID", "?")
     commands = find_slurm_commands()
-    nodelist = env.get("SLURM_JOB_NODELIST", "")
-    hostnames = (
-        scontrol_hostnames(commands.scontrol, nodelist, SCONTROL_TIMEOUT)
-        if commands.scontrol and nodelist
-        else None
+    alloc = read_granted_allocation(
+        env, commands.scontrol, dask.system.CPU_COUNT, os.cpu_count() or 1, SCONTROL_TIMEOUT
     )
-    alloc = read_allocation(env, hostnames, dask.system.CPU_COUNT, os.cpu_count() or 1)
-    if alloc.mem_mb is None and commands.scontrol:
-        memory = scontrol_node_memory(commands.scontrol, alloc.nodes, SCONTROL_TIMEOUT)
-        alloc = with_node_memory(alloc, memory)
     layout = plan_layout(alloc, None)
     steps = plan_worker_steps(recipe, alloc, layout, commands.srun, f"worker-job-{job_id}-")
     say(

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import DaskSlurmError
-from .allocation import parse_node_memory
+from .allocation import Allocation, parse_node_memory, read_allocation, with_node_memory
 from .states import GONE, parse_job_state
 from .walltime import time_left
 
@@ -164,3 +164,21 @@ def parse_sinfo(text: str) -> dict[str, int]:
             if state not in ("down", "drain", "drng", "fail", "failg", "futr", "inval"):
                 found[parts[0]] = int(parts[1])
     return found
+
+
+def read_granted_allocation(
+    env: Mapping[str, str],
+    scontrol: str | None,
+    affinity_count: int | None,
+    machine_count: int,
+    timeout: float,
+) -> Allocation:
+    """The allocation this process runs in (the run's own, or a worker job's): its nodes
+    expanded by ``scontrol`` when there is one, and each node's memory asked of SLURM when
+    the allocation grants none explicitly."""
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    hostnames = scontrol_hostnames(scontrol, nodelist, timeout) if scontrol and nodelist else None
+    alloc = read_allocation(env, hostnames, affinity_count, machine_count)
+    if alloc.mem_mb is None and scontrol:
+        alloc = with_node_memory(alloc, scontrol_node_memory(scontrol, alloc.nodes, timeout))
+    return alloc
