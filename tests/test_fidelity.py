@@ -153,3 +153,17 @@ def test_a_run_with_nothing_to_do_starts_and_leaves_nothing(
     assert "after run 1: 0 Dask processes" in done.stdout, done.stdout + done.stderr
     assert "after run 2: 0 Dask processes" in done.stdout, done.stdout + done.stderr
     assert not live_processes(no_leftovers, str(tmp_path))
+
+
+def test_priorities_order_the_jobs_like_the_local_executor(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """Six ready jobs, one CPU: each runs in Snakemake's priority order (Snakemake's own
+    test_priority, which failed before the plugin passed priorities to Dask)."""
+    local, plugin, run = both(
+        tmp_path, no_leftovers, "priority", ("--cores", "1"),
+        ("--jobs", "10", "--dask-slurm-cluster", "local", "--dask-slurm-cpus", "1"),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert local["order.txt"] == b"a\ne\nk\nn\ns\nl\n"
+    assert plugin == local

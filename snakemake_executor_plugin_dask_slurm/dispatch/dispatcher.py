@@ -97,16 +97,19 @@ class Dispatcher:
         self.submit_many([(spec, resources)])
 
     def submit_many(self, tasks: Sequence[tuple[TaskSpec, Mapping[str, float]]]) -> None:
-        """Submit jobs, each with its resource request, in one graph update per request.
+        """Submit jobs, each with its resource request, in one graph update per request
+        and priority (Snakemake's: the highest first, so that a worker holding them runs
+        them in that order, as Snakemake's own executor would).
 
         Raises :class:`SubmitFailed` naming the jobs Dask did not take."""
         from distributed import fire_and_forget
 
-        by_request: dict[tuple[tuple[str, float], ...], list[TaskSpec]] = {}
+        by_request: dict[tuple[float, tuple[tuple[str, float], ...]], list[TaskSpec]] = {}
         for spec, resources in tasks:
-            by_request.setdefault(tuple(sorted(resources.items())), []).append(spec)
-        groups = list(by_request.items())
-        for index, (request, specs) in enumerate(groups):
+            group = (spec.priority, tuple(sorted(resources.items())))
+            by_request.setdefault(group, []).append(spec)
+        groups = sorted(by_request.items(), key=lambda item: -item[0][0])
+        for index, ((priority, request), specs) in enumerate(groups):
             keys = [spec.key for spec in specs]
             with self._lock:
                 self._pending.update(keys)
@@ -117,6 +120,8 @@ class Dispatcher:
                     key=keys,
                     pure=False,
                     resources=dict(request),
+                    # Typed int, compared as a number: Snakemake's may be a float.
+                    priority=priority,  # type: ignore[arg-type]
                     retries=0,
                 )
                 fire_and_forget(futures)  # and the futures go: see the module's docstring

@@ -341,7 +341,9 @@ class JobCommandBuilder:
         if job.is_group():
             command = with_group_runner(command, sys.executable)
         argv = (GENERAL_SHELL, "-c", command)
-        spec = TaskSpec(key, argv, self.workdir, self._base_env, self.log_path(job), None)
+        spec = TaskSpec(
+            key, argv, self.workdir, self._base_env, self.log_path(job), None, job.priority
+        )
         return spec, "general"
 
     def _direct(self, job: Any, key: str) -> TaskSpec | None:
@@ -357,7 +359,7 @@ class JobCommandBuilder:
         if env is None:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
         argv = shell_argv(command, self._shell)
-        return TaskSpec(key, argv, self.workdir, env, self.log_path(job), tmpdir)
+        return TaskSpec(key, argv, self.workdir, env, self.log_path(job), tmpdir, job.priority)
 
 
 def _shell_list(flag: str, values: Sequence[Any]) -> str:

@@ -26,6 +26,9 @@ class TaskSpec:
     #: Where TMPDIR and friends point, as Snakemake's ``shell()`` does with the job's
     #: ``resources.tmpdir``: a path, SYSTEM_TMPDIR, or None to leave them alone.
     tmpdir: str | None
+    #: Snakemake's priority of the job (``priority:``, ``--prioritize``): Dask runs the
+    #: higher first among the tasks a worker holds.
+    priority: float = 0
 
 
 @dataclass(frozen=True, slots=True)
