@@ -48,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     recipe = WorkerRecipe.from_json(Path(args[0]).read_text())
     env = os.environ
     job_id = env.get("SLURM_JOB_ID", "?")
+    if not Path(recipe.scheduler_file).exists():
+        # The run is over (its scheduler removes the file when it exits), e.g. a worker
+        # job that waited in the queue past a Snakemake killed outright: nothing to join.
+        say(f"job {job_id}: no scheduler file {recipe.scheduler_file}: the run has ended")
+        return 0
     commands = find_slurm_commands()
     alloc = read_granted_allocation(
         env, commands.scontrol, dask.system.CPU_COUNT, os.cpu_count() or 1, SCONTROL_TIMEOUT
