@@ -253,3 +253,34 @@ def test_idle_worker_jobs_leave_before_the_workflow_ends(
     assert re.search(rf"worker jobs: 2 submitted, 2 ran, .*{len(retired)} retired", out), out
     assert "Removing output files" not in out, out
     assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_no_worker_job_outlives_a_stopped_or_killed_snakemake(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str, sig: signal.Signals
+) -> None:
+    """SIGTERM: Snakemake cancels its worker jobs (one scancel) and exits within seconds.
+    SIGKILL: nothing can cancel them, but their workers lose the scheduler (it exits when
+    its owner is gone) and the jobs end by themselves."""
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-cluster", "sbatch", "--dask-slurm-worker-jobs", "2",
+        "--config", "count=80", "seconds=3",
+    )  # fmt: skip
+    proc = start(slurm_cluster, workdir, no_leftovers, argv)
+    try:
+        deadline = time.monotonic() + 90
+        while len([j for j in slurm_cluster.squeue_jobs() if j.state == "RUNNING"]) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "no worker job ran"
+            time.sleep(0.2)
+        time.sleep(2)  # jobs running on them
+        proc.send_signal(sig)
+        began = time.monotonic()
+        proc.communicate(timeout=60)
+        while our_jobs(slurm_cluster) and time.monotonic() - began < 90:
+            time.sleep(0.5)
+        assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
+        if sig == signal.SIGTERM:
+            assert time.monotonic() - began < 20
+    finally:
+        kill(proc, slurm_cluster)
