@@ -291,7 +291,7 @@ def test_environment_variable_values_are_validated(tmp_path: Path, no_leftovers:
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "invalid choice: 'pbs' (choose from 'auto', 'local', 'srun', 'attach')" in (
+    assert "invalid choice: 'pbs' (choose from 'auto', 'local', 'srun', 'sbatch', 'attach')" in (
         proc.stdout + proc.stderr
     )
 

@@ -46,9 +46,11 @@ rule slow:
     shell: 'for k in $(seq 1 $(cat slow-seconds)); do echo $k >> {output}; sleep 1; done '
            '# {params.token}'
 
-# Declares 3 minutes: more than a 2-minute allocation has, well within a 5-minute one.
+# Declares 3 minutes: more than a 2-minute allocation has, well within a 5-minute one
+# when chosen first (its priority), not a minute into it (when it would no longer fit).
 rule big:
     output: "out/big.txt"
+    priority: 10
     resources: runtime=3
     shell: "echo big > {output}"
 """
@@ -126,7 +128,7 @@ def test_the_same_batch_script_again_and_again_finishes_the_workflow(
     # Declared too long for what is left: refused at once, with the numbers.
     assert re.search(
         r"rule big \(jobid \d+, attempt 1\) was not started: it needs about 3 min \(its "
-        r"runtime resource\), but the allocation ends in \d+ s", out
+        r"runtime resource\), but the allocation ends in \d+ (?:s|min)", out
     ), out  # fmt: skip
     # Learned: once the shorts are known to take ~5 s, none starts that would be cut.
     assert "90% percentile of" in out, out
