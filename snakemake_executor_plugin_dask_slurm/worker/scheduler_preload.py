@@ -22,6 +22,8 @@
   assigned or stolen to it any more) and asked to close. Dask's own ``retire_workers``
   removes a worker as "expected", after which Dask itself would run its tasks again
   elsewhere: exactly what the plugin forbids.
+- **A joining worker gets work at once**: stealing runs for it 50 and 300 ms after it
+  joins, not only at Dask's next stealing round (every second).
 """
 
 from __future__ import annotations
@@ -86,11 +88,34 @@ def retire_idle(scheduler: Any, names: list[str]) -> list[str]:
     return closed
 
 
+#: Seconds after a worker joins at which work is stolen for it (Dask's own stealing runs
+#: every ``work-stealing-interval``, 1 s by default).
+BALANCE_DELAYS = (0.05, 0.3)
+
+
+def balance_on_arrival(scheduler: Any) -> None:
+    """Steal work for a worker as soon as it joins (a worker job's, say), instead of at
+    Dask's next stealing round: tasks with resource restrictions are assigned to a worker
+    when submitted, so stealing is the only way a new worker gets any."""
+    stealing = scheduler.extensions.get("stealing")
+    if stealing is None:
+        return
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class BalanceOnArrival(SchedulerPlugin):
+        def add_worker(self, scheduler: Any = None, worker: Any = None) -> None:
+            for delay in BALANCE_DELAYS:
+                scheduler.loop.call_later(delay, stealing.balance)
+
+    scheduler.add_plugin(BalanceOnArrival(), name="dask-slurm-balance-on-arrival")
+
+
 def dask_setup(scheduler: Any) -> None:
     scheduler.allowed_failures = 0
     scheduler.handlers[CLOSE_WORKERS_HANDLER] = lambda: close_workers(scheduler)
     scheduler.handlers[LOAD_HANDLER] = lambda: load(scheduler)
     scheduler.handlers[RETIRE_IDLE_HANDLER] = lambda names: retire_idle(scheduler, names)
+    balance_on_arrival(scheduler)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:
         return

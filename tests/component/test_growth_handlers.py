@@ -59,3 +59,39 @@ def test_load_and_idle_retirement() -> None:
         names = [w["name"] for w in client.scheduler_info()["workers"].values()]
         assert names == [1], names
         assert client.submit(nap, 0.0, resources={"cpus": 1}).result(timeout=10) == 0.0
+
+
+def started_on(seconds: float) -> tuple[str, float]:
+    from distributed import get_worker
+
+    began = time.time()
+    time.sleep(seconds)
+    return str(get_worker().name), began
+
+
+def test_a_joining_worker_gets_work_at_once() -> None:
+    """Dask's own stealing round is set to 10 s here: only the preload's stealing on
+    arrival can give the new worker a task within a second."""
+    import dask
+
+    with (
+        dask.config.set({"distributed.scheduler.work-stealing-interval": "10s"}),
+        LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=False,
+            resources={"cpus": 2},
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        client.run_on_scheduler(lambda dask_scheduler: dask_setup(dask_scheduler))
+        futures = client.map(started_on, [0.5] * 40, resources={"cpus": 1}, pure=False)
+        time.sleep(1.2)  # the first rounds run, and their durations are known
+        cluster.scale(2)
+        client.wait_for_workers(2, timeout=20)
+        joined = time.time()
+        results = client.gather(futures)
+        on_new = [began for name, began in results if name != "0"]
+        assert on_new, results
+        assert min(on_new) - joined < 1.0, min(on_new) - joined
