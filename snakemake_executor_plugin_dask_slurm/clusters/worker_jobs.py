@@ -506,7 +506,8 @@ class WorkerJobs:
         job = self.jobs.get(job_id or "")
         if job is None:
             return None
-        self._poll(time.time())
+        with self._lock:
+            self._poll(time.time())
         if job.ended is not None:
             return f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
         rest = worker.partition("-")[2]
