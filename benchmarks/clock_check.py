@@ -18,8 +18,8 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock
+from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry
-from snakemake_executor_plugin_dask_slurm.dispatch.walltime import Clock
 
 JOBS = 10_000
 
@@ -27,7 +27,7 @@ JOBS = 10_000
 def main() -> int:
     now = time.time()
     clock = AllocationClock(
-        Clock(now + 3600, 120, 30, "benchmark"), 120, None, JobRegistry(),
+        AllocationEnd(now + 3600, 120, 30, "benchmark"), 120, None, JobRegistry(),
         lambda keys: None, lambda: None, print,
     )  # fmt: skip
     for label, resources in (("runtime given", {"runtime": 1}), ("no runtime", {})):

@@ -33,9 +33,9 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from .clusters.base import ClusterSource
-from .clusters.choose import check_run_dir, local_worker_cpus, make_growth, make_source
+from .clusters.choose import check_run_dir, local_worker_cpus, make_source, make_worker_jobs
 from .clusters.security import PlainTcp
-from .clusters.worker_jobs import WorkerJobs
+from .clusters.worker_jobs.pool import WorkerJobs
 from .config import RunConfig, resolve
 from .dispatch.admission import Capacity
 from .dispatch.dispatcher import Dispatcher
@@ -43,16 +43,17 @@ from .dispatch.health import no_worker_problem
 from .dispatch.intake import Intake
 from .dispatch.job_commands import JobCommandBuilder, requote_job_args
 from .dispatch.landing import AllocationClock
+from .dispatch.landing_policy import AllocationEnd, duration_text
+from .dispatch.outcomes import Finished, WorkerRef
 from .dispatch.recovery import Gone, Recovery, decide
 from .dispatch.registry import JobRegistry, Refusal, counts_by_rule
 from .dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
-from .dispatch.walltime import Clock, duration_text
 from .report.hints import speed_hint
 from .report.messages import failure_message, job_label
 from .slurm.run import scontrol_time_left
 from .slurm.walltime import allocation_end
 from .worker import timing
-from .worker.tasks import Finished, LostWorker, TaskSpec
+from .worker.wire import TaskSpec
 
 #: Seconds to wait for scontrol's answer about the time left.
 SCONTROL_TIMEOUT = 10.0
@@ -82,7 +83,7 @@ class Executor(RemoteExecutor):
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._next_health_check = 0.0
         self._clock: AllocationClock | None = None
-        self._growth: WorkerJobs | None = None
+        self._worker_jobs: WorkerJobs | None = None
         if timing.ON:
             timing.record("init", time.time())
         super().__init__(workflow, logger)
@@ -113,17 +114,17 @@ class Executor(RemoteExecutor):
         self._pending_source: ClusterSource | None = make_source(
             self.config, self.logger, given_cores
         )
-        self._growth = make_growth(
+        self._worker_jobs = make_worker_jobs(
             self.config,
             self._pending_source,
             f"dask-slurm-{self._run_token}",
             lambda line: self.logger.info(f"dask-slurm: {line}"),
             lambda line: self.logger.warning(f"dask-slurm: {line}"),
         )
-        if self._growth is not None:
+        if self._worker_jobs is not None:
             self.logger.info(
-                f"dask-slurm: the farm grows with up to {self._growth.config.max_jobs} worker "
-                f"job(s) while jobs wait ({self._growth.options_text()}); checked with "
+                f"dask-slurm: the farm grows with up to {self._worker_jobs.config.max_jobs} worker "
+                f"job(s) while jobs wait ({self._worker_jobs.options_text()}); checked with "
                 "sbatch --test-only"
             )
         self._local_cores: int | None = None
@@ -174,7 +175,7 @@ class Executor(RemoteExecutor):
                 w.get("resources", {})
                 for w in client.scheduler_info(n_workers=-1)["workers"].values()
             ]
-            growth = self._growth
+            growth = self._worker_jobs
             capacity = Capacity.from_workers(offers + (growth.offers() if growth else []))
             for line in source.summary():
                 self.logger.info(f"dask-slurm: {line}")
@@ -205,14 +206,14 @@ class Executor(RemoteExecutor):
             source.record_dir, self._sweep, self._on_gone, self._on_worker_removed
         )
         self._dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
-        if self._growth is not None:
-            self._growth.start(client)
+        if self._worker_jobs is not None:
+            self._worker_jobs.start(client)
 
     def _sweep(self, worker: str, keys: Sequence[str]) -> str | None:
         """End a dead worker's jobs' processes: in its worker job, or where the source
         started it."""
-        if self._growth is not None and self._growth.owns(worker):
-            return self._growth.sweep(worker, list(keys))
+        if self._worker_jobs is not None and self._worker_jobs.owns(worker):
+            return self._worker_jobs.sweep(worker, list(keys))
         return self._source.sweep(worker, keys) if self._source is not None else None
 
     def _watch_clock(self) -> AllocationClock | None:
@@ -234,7 +235,7 @@ class Executor(RemoteExecutor):
             # A short allocation scales both margins down, so that it still does work.
             margin = min(margin, max(0.0, end - now) / 4)
             safety = self.config.runtime_margin * margin / self.config.landing_margin
-            clock = Clock(end, margin, safety, source)
+            clock = AllocationEnd(end, margin, safety, source)
             shortened = (
                 f" (a quarter of the time left, less than --dask-slurm-landing-margin "
                 f"{self.config.landing_margin:g}; --dask-slurm-runtime-margin scaled alike)"
@@ -429,7 +430,7 @@ class Executor(RemoteExecutor):
             return
         self._next_health_check = now + HEALTH_CHECK_INTERVAL
         problem = None
-        growing = self._growth is not None and self._growth.active()
+        growing = self._worker_jobs is not None and self._worker_jobs.active()
         if not source.scheduler_lost() and self._dispatcher.worker_count == 0 and not growing:
             # no worker left says more than "every worker process ended"
             self._no_workers_since = self._no_workers_since or now
@@ -501,13 +502,13 @@ class Executor(RemoteExecutor):
 
     def _on_worker_job(self, finished: Finished) -> bool:
         on = finished.on
-        return self._growth is not None and on is not None and self._growth.owns(on.name)
+        return self._worker_jobs is not None and on is not None and self._worker_jobs.owns(on.name)
 
     def _report_unless_worker_job_ended(self, finished: Finished, noticed: float) -> None:
         """(Recovery thread) A job that failed on a worker job's worker: lost with its
         worker job if that job is ending, else an ordinary failure."""
-        assert self._growth is not None and self._recovery is not None and finished.on
-        if self._growth.ending(finished.on.name, noticed):
+        assert self._worker_jobs is not None and self._recovery is not None and finished.on
+        if self._worker_jobs.ending(finished.on.name, noticed):
             self.logger.info(
                 f"dask-slurm: job {finished.key} failed as its worker job ended under it: "
                 "it runs again elsewhere once its processes are gone"
@@ -546,8 +547,8 @@ class Executor(RemoteExecutor):
         if keys and not self._source.scheduler_lost():
             self._dispatcher.stop(keys)
         self._source.stop_workers()
-        if self._growth is not None:  # their supervisors end their jobs, SLURM the rest
-            self._growth.close()
+        if self._worker_jobs is not None:  # their supervisors end their jobs, SLURM the rest
+            self._worker_jobs.close()
         left = self._registry.take_all(reason, quiet=True)
         if left:
             self.logger.error(
@@ -574,7 +575,7 @@ class Executor(RemoteExecutor):
             if problem:
                 self._start_fail_run(f"the Dask cluster broke: {problem}")
 
-    def _on_gone(self, worker: LostWorker, keys: list[str], gone: Gone | None) -> None:
+    def _on_gone(self, worker: WorkerRef, keys: list[str], gone: Gone | None) -> None:
         """(Recovery thread) The jobs of a dead worker: their processes are gone (or
         could not be ended): run each again elsewhere, or fail it."""
         self._on_worker_removed()
@@ -665,8 +666,8 @@ class Executor(RemoteExecutor):
                 self._clock.watch.close()
             if self._recovery is not None:
                 self._recovery.close()
-            if self._growth is not None:
-                self._growth.stop()
+            if self._worker_jobs is not None:
+                self._worker_jobs.stop()
             keys = self._registry.keys()
             if keys and self._dispatcher is not None and not self._source.scheduler_lost():
                 self._dispatcher.kill(keys)
@@ -674,9 +675,9 @@ class Executor(RemoteExecutor):
             try:
                 self._source.close()
             finally:
-                if self._growth is not None:
-                    self._growth.close()
-                    line = self._growth.summary()
+                if self._worker_jobs is not None:
+                    self._worker_jobs.close()
+                    line = self._worker_jobs.summary()
                     if line:
                         self.logger.info(f"dask-slurm: {line}")
             self._closed = True

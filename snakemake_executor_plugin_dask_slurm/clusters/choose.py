@@ -18,7 +18,7 @@ from .local import LocalProcessCluster
 from .network import check_bindable, choose_scheduler_host
 from .security import AttachSecurity, PlainTcp, RunCredentials, RunSecurity
 from .spec import local_layout
-from .worker_jobs import WorkerJobs
+from .worker_jobs.pool import WorkerJobs
 
 
 def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
@@ -120,7 +120,7 @@ def check_run_dir(run_dir: Path) -> None:
         ) from None
 
 
-def make_growth(
+def make_worker_jobs(
     config: RunConfig,
     source: ClusterSource,
     name: str,
@@ -138,7 +138,7 @@ def make_growth(
     from .dask_argv import dask_option_names
     from .preflight import check_dask_cli
     from .spec import Paths, sample_worker_argv, worker_recipe
-    from .worker_jobs import GrowthCommands, WorkerJobs
+    from .worker_jobs.pool import GrowthCommands, WorkerJobs
 
     recipe = dataclasses.replace(
         worker_recipe(config, Paths.of(config), sys.executable, os.getpid(), source.security),

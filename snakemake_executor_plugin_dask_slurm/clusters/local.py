@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from ..config import RunConfig
 from ..worker import SUPERVISOR_MODULE
 from ..worker.supervisor import sweep
-from .base import ProcessCluster
 from .dask_argv import dask_option_names
 from .preflight import check_dask_cli
+from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_local
 

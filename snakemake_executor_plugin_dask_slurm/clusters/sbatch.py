@@ -18,10 +18,10 @@ from ..config import RunConfig
 from ..errors import DaskSlurmError
 from ..slurm.argv import sinfo_command
 from ..slurm.run import ask, parse_sinfo
-from .base import ProcessCluster
 from .dask_argv import dask_option_names
 from .network import check_bindable, choose_scheduler_host
 from .preflight import check_dask_cli
+from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_scheduler_only
 

@@ -31,10 +31,10 @@ from ..slurm.run import (
 from ..slurm.run import run as slurm_run
 from ..slurm.states import allocation_ended
 from ..worker import SUPERVISOR_MODULE
-from .base import ProcessCluster
 from .dask_argv import dask_option_names
 from .network import check_bindable, choose_scheduler_host
 from .preflight import check_dask_cli
+from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_srun
 

@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..dispatch.outcomes import Finished, WorkerRef
 from ..worker import timing
 from ..worker.task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
-from ..worker.tasks import Finished, LostWorker, TaskOutcome, TaskSpec
 from ..worker.waiting import wait_until
+from ..worker.wire import TaskOutcome, TaskSpec
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -59,7 +60,7 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
         seconds = msg.get("seconds")
         return Finished(key, True, seconds=float(seconds) if seconds is not None else None)
     name, pid = msg.get("worker_name"), msg.get("worker_pid")
-    on = LostWorker(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
+    on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
     outcome = msg.get("outcome")
     if isinstance(outcome, dict):
         return Finished(key, False, outcome=TaskOutcome(**outcome), on=on)
@@ -158,7 +159,7 @@ class Dispatcher:
         if msg.get("action") != "remove-worker":
             return None
         name, pid = self._workers.pop(address, (address, None))
-        lost = LostWorker(name, pid)
+        lost = WorkerRef(name, pid)
         for key in msg.get("processing-tasks") or ():
             problem = f"its Dask worker {name} died"
             self._finish(Finished(str(key), False, problem=problem, lost_on=lost))

@@ -29,8 +29,8 @@ from typing import Any
 from snakemake.shell import shell as snakemake_shell
 from snakemake.utils import QuotedFormatter, SequenceFormatter
 
-from ..worker.tasks import SYSTEM_TMPDIR, TaskSpec
-from .eligibility import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
+from ..worker.wire import SYSTEM_TMPDIR, TaskSpec
+from .direct_way import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
 from .group_runner import MODULE as GROUP_RUNNER
 
 THREAD_VARIABLES = (

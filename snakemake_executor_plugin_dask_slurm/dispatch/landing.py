@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..report.messages import job_label
-from .registry import JobRegistry, counts_by_rule
-from .walltime import (
-    Clock,
+from .landing_policy import (
+    AllocationEnd,
     Durations,
     Running,
     duration_text,
@@ -25,6 +24,7 @@ from .walltime import (
     refusal_message,
     to_stop_at_landing,
 )
+from .registry import JobRegistry, counts_by_rule
 
 #: Seconds between two questions to SLURM about the time left (a changed time limit).
 REFRESH_SECONDS = 300.0
@@ -38,7 +38,7 @@ class LandingWatch:
 
     def __init__(
         self,
-        clock: Clock | None,
+        clock: AllocationEnd | None,
         refresh: Callable[[], float | None] | None,
         land: Callable[[str], None],
         hard_stop: Callable[[str], None],
@@ -116,7 +116,7 @@ class AllocationClock:
 
     def __init__(
         self,
-        clock: Clock | None,
+        clock: AllocationEnd | None,
         margin: float,
         refresh: Callable[[], float | None] | None,
         registry: JobRegistry,

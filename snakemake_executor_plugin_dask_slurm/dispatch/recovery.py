@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report.messages import LOST_TWICE, lost_job_message, unconfirmed_verdict
-from ..worker.tasks import LostWorker
+from .outcomes import WorkerRef
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class Gone:
 
 @dataclass
 class _Waiting:
-    worker: LostWorker
+    worker: WorkerRef
     keys: list[str]
     deadline: float
 
@@ -116,7 +116,7 @@ class Recovery:
         self,
         record_dir: Path | None,
         sweep: Callable[[str, Sequence[str]], str | None],
-        on_gone: Callable[[LostWorker, list[str], Gone | None], None],
+        on_gone: Callable[[WorkerRef, list[str], Gone | None], None],
         on_worker_removed: Callable[[], None],
         confirm_timeout: float = CONFIRM_TIMEOUT,
     ):
@@ -133,7 +133,7 @@ class Recovery:
         self._thread = threading.Thread(target=self._run, name="dask-slurm-recovery", daemon=True)
         self._thread.start()
 
-    def lost(self, key: str, worker: LostWorker) -> None:
+    def lost(self, key: str, worker: WorkerRef) -> None:
         """A task ended because ``worker`` died (called from the status thread)."""
         with self._cond:
             entry = self._waiting.get((worker.name, worker.pid))

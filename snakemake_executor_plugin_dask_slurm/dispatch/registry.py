@@ -16,7 +16,7 @@ from typing import Any
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from ..report.messages import job_label
-from ..worker.tasks import TaskSpec
+from ..worker.wire import TaskSpec
 from .dispatcher import SubmitFailed
 
 #: A job ready to hand over: Snakemake's record of it, its task, its Dask request.

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..dispatch.admission import GPU_RESOURCE_NAMES
+from ..dispatch.outcomes import Finished
 from ..worker.proctree import JOB_MARKER, describe_exit
-from ..worker.tasks import Finished
 
 #: Why a job lost with its worker is not run again, when it took its worker down twice.
 LOST_TWICE = (

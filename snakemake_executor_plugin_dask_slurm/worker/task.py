@@ -24,8 +24,8 @@ from typing import Any
 
 from . import proctree, timing
 from .logtail import read_tail
-from .tasks import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
 from .waiting import wait_until
+from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
 
 #: Seconds between SIGTERM and SIGKILL when a job is stopped.
 KILL_GRACE_SECONDS = 3.0

@@ -13,7 +13,8 @@ from distributed import Client, LocalCluster
 from distributed.client import ClosedClientError
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
-from snakemake_executor_plugin_dask_slurm.worker.tasks import Finished, TaskSpec
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
+from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 
 
 @pytest.fixture(scope="module")

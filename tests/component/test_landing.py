@@ -11,9 +11,9 @@ import time
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock
+from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry
-from snakemake_executor_plugin_dask_slurm.dispatch.walltime import Clock
-from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 from tests.fakes import FakeJob
 
 
@@ -44,7 +44,7 @@ def register(registry: JobRegistry, key: str, since: float, expected: float | No
     registry.hand_over([(info, spec, {"cpus": 1})], lambda i: None, lambda tasks: None)
 
 
-def make(clock: Clock | None, registry: JobRegistry, rec: Recorder) -> AllocationClock:
+def make(clock: AllocationEnd | None, registry: JobRegistry, rec: Recorder) -> AllocationClock:
     rec.registry = registry
     return AllocationClock(
         clock, 2.0, None, registry, rec.stop, lambda: rec.exits.append(time.time()),
@@ -54,7 +54,7 @@ def make(clock: Clock | None, registry: JobRegistry, rec: Recorder) -> Allocatio
 
 def test_it_lands_at_the_landing_point_and_stops_the_rest_at_the_hard_stop() -> None:
     start = time.time()
-    clock = Clock(end=start + 3.0, margin=2.0, safety=0.0, source="test")  # lands at +1 s
+    clock = AllocationEnd(end=start + 3.0, margin=2.0, safety=0.0, source="test")  # lands at +1 s
     registry, rec = JobRegistry(), Recorder()
     register(registry, "quick-1", start, 0.5)  # ends by the hard stop (+2 s): goes on
     register(registry, "unknown-1", start, None)
@@ -100,7 +100,7 @@ def test_sigusr1_lands_at_once_even_without_a_known_end() -> None:
 
 def test_jobs_that_cannot_finish_are_refused_the_first_of_a_rule_loudly() -> None:
     now = time.time()
-    clock = Clock(end=now + 600, margin=120, safety=30, source="test")
+    clock = AllocationEnd(end=now + 600, margin=120, safety=30, source="test")
     registry, rec = JobRegistry(), Recorder()
     watch = make(clock, registry, rec)
     long_job = FakeJob(name="big", resources={"runtime": 60})

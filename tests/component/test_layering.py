@@ -29,7 +29,7 @@ SUBPROCESS_USERS = {
     "slurm/run.py",
     "clusters/process.py",
     "clusters/preflight.py",
-    "clusters/worker_job.py",  # what a worker job runs: it starts the job's srun steps
+    "clusters/worker_jobs/in_job.py",  # what a worker job runs: it starts the job's srun steps
     "worker/supervisor.py",
     "worker/task.py",
 }

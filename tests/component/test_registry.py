@@ -12,7 +12,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry, counts_by_rule
-from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 from tests.fakes import FakeJob
 
 pytestmark = pytest.mark.component

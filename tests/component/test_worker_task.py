@@ -18,7 +18,7 @@ from snakemake_executor_plugin_dask_slurm.worker.task import (
     run_task,
     running_tasks,
 )
-from snakemake_executor_plugin_dask_slurm.worker.tasks import SYSTEM_TMPDIR, JobFailed, TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.wire import SYSTEM_TMPDIR, JobFailed, TaskSpec
 
 
 @pytest.fixture(autouse=True)
@@ -155,7 +155,7 @@ def test_read_tail(tmp_path: Path) -> None:
 
 EXIT_WITHOUT_TEARDOWN = """
 import sys, threading
-from snakemake_executor_plugin_dask_slurm.worker.tasks import TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 from snakemake_executor_plugin_dask_slurm.worker.task import run_task
 spec = TaskSpec("t", ("/bin/bash", "-c", "echo $$ > pid; exec sleep 60"), sys.argv[1], (),
                 sys.argv[1] + "/t.log", None)

@@ -1,4 +1,4 @@
-"""Reading a SLURM allocation from its environment: parsers, CPU sources, Allocation."""
+"""Reading a SLURM allocation from its environment: CPU sources, memory, GPUs, Allocation."""
 
 from __future__ import annotations
 
@@ -10,15 +10,6 @@ from snakemake_executor_plugin_dask_slurm.slurm.allocation import (
     cpus_for_this_node,
     in_allocation,
     read_allocation,
-)
-from snakemake_executor_plugin_dask_slurm.slurm.hostlist import (
-    expand_cpus_per_node,
-    expand_hostlist,
-)
-from snakemake_executor_plugin_dask_slurm.slurm.states import (
-    GONE,
-    allocation_ended,
-    parse_job_state,
 )
 
 # What an `salloc -N3 --exclusive` shell on the login host sees on the test cluster.
@@ -42,83 +33,6 @@ BATCH_ON_N1 = SALLOC_LOGIN | {"SLURM_CPUS_ON_NODE": "4", "SLURMD_NODENAME": "n1"
 )
 def test_in_allocation(env: dict[str, str], expected: bool) -> None:
     assert in_allocation(env) is expected
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        ("8", [8]),
-        ("40(x2),96", [40, 40, 96]),
-        ("4(x2),8", [4, 4, 8]),
-        ("1(x3)", [1, 1, 1]),
-        ("2,4(x1),2", [2, 4, 2]),
-        (" 16(x2) ", [16, 16]),
-    ],
-)
-def test_expand_cpus_per_node(spec: str, expected: list[int]) -> None:
-    assert expand_cpus_per_node(spec) == expected
-
-
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        ("", "is empty"),
-        ("   ", "is empty"),
-        ("4(x)", "entry '4(x)'"),
-        ("x", "entry 'x'"),
-        ("0", "zero count"),
-        ("-4", "entry '-4'"),
-        ("4(x0)", "zero count"),
-        ("4(x2)8", "entry '4(x2)8'"),
-        ("4,,8", "entry ''"),
-        ("4(2)", "entry '4(2)'"),
-        ("4 (x2)", "entry '4 (x2)'"),
-        ("4.5", "entry '4.5'"),
-    ],
-)
-def test_expand_cpus_per_node_rejects(spec: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        expand_cpus_per_node(spec)
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        ("n1", ["n1"]),
-        ("n[1-3]", ["n1", "n2", "n3"]),
-        ("n[8-10]", ["n8", "n9", "n10"]),
-        ("a[01-03,7],b1", ["a01", "a02", "a03", "a7", "b1"]),
-        ("n[001-002]", ["n001", "n002"]),
-        ("rack[1-2]-n[1-2]", ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"]),
-        ("gpu[1,3]-ib", ["gpu1-ib", "gpu3-ib"]),
-        ("n1,n2,login.example.org", ["n1", "n2", "login.example.org"]),
-        ("node_a[5]", ["node_a5"]),
-    ],
-)
-def test_expand_hostlist(spec: str, expected: list[str]) -> None:
-    assert expand_hostlist(spec) == expected
-
-
-@pytest.mark.parametrize(
-    ("spec", "message"),
-    [
-        ("", "is empty"),
-        ("n[", "without its ']'"),
-        ("n[1-2", "without its ']'"),
-        ("n]", "without its '\\['"),
-        ("n[]", "neither a number nor a range"),
-        ("n[a]", "neither a number nor a range"),
-        ("n[1-]", "neither a number nor a range"),
-        ("n[3-1]", "runs backwards"),
-        ("n[[1]]", "nested brackets"),
-        ("a,,b", "empty entry"),
-        (",", "empty entry"),
-        ("a b", "not part of a node name"),
-    ],
-)
-def test_expand_hostlist_rejects(spec: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        expand_hostlist(spec)
 
 
 # Each source stubbed to a different number, so the winner is visible.
@@ -376,84 +290,3 @@ def test_read_allocation_errors(env: dict[str, str], fragments: list[str]) -> No
         read_allocation(env, None, 64, 128)
     for fragment in fragments:
         assert fragment in str(caught.value)
-
-
-def test_job_environment_keeps_the_allocation_and_drops_the_step() -> None:
-    from snakemake_executor_plugin_dask_slurm.worker.environment import job_environment
-
-    step = {
-        "PATH": "/bin",
-        "SLURM_JOB_ID": "7",
-        "SLURM_JOB_NODELIST": "n[1-3]",
-        "SLURM_JOB_NUM_NODES": "3",
-        "SLURM_JOB_CPUS_PER_NODE": "4(x2),8",
-        "SLURM_NODELIST": "n[1-2]",
-        "SLURM_NNODES": "2",
-        "SLURM_STEP_ID": "0",
-        "SLURM_STEP_NODELIST": "n[1-2]",
-        "SLURM_NTASKS": "2",
-        "SLURM_CPUS_PER_TASK": "4",
-        "SLURM_CPUS_ON_NODE": "4",
-        "SLURM_OVERLAP": "1",
-        "SRUN_DEBUG": "3",
-        "SLURMD_NODENAME": "n1",
-        "SLURM_CONF": "/etc/slurm.conf",
-    }
-    assert job_environment(step) == {
-        "PATH": "/bin",
-        "SLURM_JOB_ID": "7",
-        "SLURM_JOB_NODELIST": "n[1-3]",
-        "SLURM_JOB_NUM_NODES": "3",
-        "SLURM_JOB_CPUS_PER_NODE": "4(x2),8",
-        "SLURM_NODELIST": "n[1-3]",
-        "SLURM_NNODES": "3",
-        "SLURMD_NODENAME": "n1",
-        "SLURM_CONF": "/etc/slurm.conf",
-    }
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (
-            "JobId=1 JobName=p JobState=CANCELLED Reason=None Dependency=(null)",
-            ("CANCELLED", "None"),
-        ),
-        ("JobId=1 JobState=RUNNING Reason=None", ("RUNNING", "None")),
-        ("JobId=1 JobState=TIMEOUT Reason=TimeLimit", ("TIMEOUT", "TimeLimit")),
-        ("JobId=1 JobState=NODE_FAIL", ("NODE_FAIL", "None")),
-        # A job name that looks like a field is not the field.
-        ("JobId=1 JobName=xJobState=RUNNING JobState=PREEMPTED Reason=None", ("PREEMPTED", "None")),
-        ("", None),
-    ],
-)
-def test_parse_job_state(text: str, expected: tuple[str, str] | None) -> None:
-    assert parse_job_state(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("state", "fragments"),
-    [
-        (("CANCELLED", "None"), ["allocation 25 has ended (state CANCELLED)", "scancel"]),
-        (
-            ("TIMEOUT", "TimeLimit"),
-            ["(state TIMEOUT, reason TimeLimit)", "time limit", "--time", "only what is missing"],
-        ),
-        (("NODE_FAIL", "None"), ["(state NODE_FAIL)", "nodes failed"]),
-        ((GONE, "None"), ["allocation 25 has ended", "no longer lists it"]),
-        # Still cleaning up its nodes: the reason tells a time-out from a cancel.
-        (("COMPLETING", "None"), ["(state COMPLETING)", "most likely it was cancelled"]),
-        (("COMPLETING", "TimeLimit"), ["(state COMPLETING, reason TimeLimit)", "time limit"]),
-        (("COMPLETING", "NodeDown"), ["(state COMPLETING, reason NodeDown)", "nodes failed"]),
-        (("WEIRD_NEW_STATE", "None"), ["(state WEIRD_NEW_STATE)", "SLURM ended it"]),
-    ],
-)
-def test_allocation_ended_says_why(state: tuple[str, str], fragments: list[str]) -> None:
-    message = allocation_ended("25", state)
-    assert message is not None
-    for fragment in fragments:
-        assert fragment in message, message
-
-
-def test_a_running_allocation_has_not_ended() -> None:
-    assert allocation_ended("25", ("RUNNING", "None")) is None

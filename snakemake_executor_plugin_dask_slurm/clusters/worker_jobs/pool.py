@@ -9,7 +9,7 @@ shrink it when they are idle (the lifecycle; the decisions are :mod:`.growth`'s)
   the option.
 - **A thread** (:meth:`WorkerJobs.start`) that every second asks the scheduler what waits
   and what each worker holds (one small RPC, ``dask_slurm_load``), every few seconds asks
-  ``squeue`` about the worker jobs (one call for all), decides (:func:`.growth.decide`),
+  ``squeue`` about the worker jobs (one call for all), decides (:func:`.policy.decide`),
   and acts: ``sbatch``, ``scancel`` of pending jobs no longer needed, retirement of idle
   ones through the scheduler (``dask_slurm_retire_idle``: no job can be lost, see
   :mod:`..worker.scheduler_preload`), after which the job ends by itself.
@@ -36,21 +36,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import GrowthConfig
-from ..errors import DaskSlurmError
-from ..slurm.argv import (
+from ...config import GrowthConfig
+from ...errors import DaskSlurmError
+from ...slurm.argv import (
     sbatch_command,
     scancel_command,
     sinfo_command,
     squeue_command,
     sweep_step_command,
 )
-from ..slurm.hostlist import expand_hostlist
-from ..slurm.run import SlurmCommandError, ask, parse_sinfo, parse_squeue
-from ..slurm.run import run as slurm_run
-from ..worker.scheduler_preload import LOAD_HANDLER, RETIRE_IDLE_HANDLER
-from . import growth
-from .spec import WorkerRecipe
+from ...slurm.hostlist import expand_hostlist
+from ...slurm.run import SlurmCommandError, ask, parse_sinfo, parse_squeue
+from ...slurm.run import run as slurm_run
+from ...worker.scheduler_preload import LOAD_HANDLER, RETIRE_IDLE_HANDLER
+from ..spec import WorkerRecipe
+from . import policy
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -103,7 +103,7 @@ class GrowthCommands:
 
 
 @dataclass
-class Tracked:
+class TrackedJob:
     """One worker job as the plugin knows it."""
 
     job_id: str
@@ -136,7 +136,7 @@ def batch_script(python: str, recipe_path: Path) -> str:
     return (
         f"#!{python}\n"
         "# A dask-slurm worker job: Dask workers on this job's nodes join a running workflow.\n"
-        "from snakemake_executor_plugin_dask_slurm.clusters.worker_job import main\n"
+        "from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.in_job import main\n"
         f"raise SystemExit(main([{str(recipe_path)!r}]))\n"
     )
 
@@ -169,7 +169,7 @@ class WorkerJobs:
         self.name = name
         self.commands = commands
         self.say, self.warn = say, warn
-        self.jobs: dict[str, Tracked] = {}
+        self.jobs: dict[str, TrackedJob] = {}
         self.node_cpus: dict[str, int] = {}
         self.failures = 0
         self.next_submission = 0.0
@@ -299,13 +299,13 @@ class WorkerJobs:
                 self.backlog_since = None
                 self.empty_since = self.empty_since or now
             live = [j for j in self.jobs.values() if j.ended is None and j.action is None]
-            situation = growth.Situation(
+            situation = policy.Situation(
                 now=now,
                 backlog_cpus=waiting,
                 jobs=[
-                    growth.WorkerJob(
+                    policy.JobView(
                         j.job_id,
-                        growth.RUNNING if j.joined else growth.PENDING,
+                        policy.RUNNING if j.joined else policy.PENDING,
                         j.cpus,
                         j.idle_since,
                         j.submitted,
@@ -321,7 +321,7 @@ class WorkerJobs:
                 backlog_since=self.backlog_since,
                 grow_after=GROW_AFTER,
             )
-            decision = growth.decide(situation)
+            decision = policy.decide(situation)
             if decision.submit:
                 self._submit(decision.submit, waiting, now)
             if decision.cancel:
@@ -383,7 +383,7 @@ class WorkerJobs:
             job.state, job.ended = state, now
             self._ended(job)
 
-    def _ended(self, job: Tracked) -> None:
+    def _ended(self, job: TrackedJob) -> None:
         if job.action in ("retired", "cancelled", "stopped"):
             job.end = job.action
             return
@@ -402,7 +402,7 @@ class WorkerJobs:
                 said = self._sbatch()
             except SlurmCommandError as e:
                 self.failures += 1
-                self.next_submission, self.paused = growth.after_failure(self.failures, now)
+                self.next_submission, self.paused = policy.after_failure(self.failures, now)
                 if self.paused:
                     self.warn(
                         f"worker jobs: {self.failures} submissions in a row failed, so the "
@@ -420,7 +420,7 @@ class WorkerJobs:
                 self.warn(f"worker jobs: sbatch printed no job id: {said.strip()!r}")
                 break
             self.failures = 0
-            self.jobs[job_id] = Tracked(job_id, self.cpus_per_job, now)
+            self.jobs[job_id] = TrackedJob(job_id, self.cpus_per_job, now)
             submitted.append(job_id)
         if submitted:
             self.first_submission = self.first_submission or now
@@ -445,7 +445,7 @@ class WorkerJobs:
                 f"{self.config.idle_seconds:g} s"
             )
 
-    def _retire(self, job: Tracked, now: float) -> None:
+    def _retire(self, job: TrackedJob, now: float) -> None:
         names = sorted(job.workers)
         closed = self._rpc(RETIRE_IDLE_HANDLER, names=names)
         if set(closed) != set(names):

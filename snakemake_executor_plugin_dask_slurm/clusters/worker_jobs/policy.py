@@ -34,7 +34,7 @@ MAX_FAILURES = 4
 
 
 @dataclass(frozen=True)
-class WorkerJob:
+class JobView:
     """A worker job as the policy sees it."""
 
     job_id: str
@@ -50,7 +50,7 @@ class WorkerJob:
 class Situation:
     now: float
     backlog_cpus: float
-    jobs: Sequence[WorkerJob]
+    jobs: Sequence[JobView]
     max_jobs: int
     cpus_per_job: float
     idle_seconds: float

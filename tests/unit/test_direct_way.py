@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.dispatch.eligibility import JobFacts, RuleFacts, blockers
+from snakemake_executor_plugin_dask_slurm.dispatch.direct_way import JobFacts, RuleFacts, blockers
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ processes and record it, so the plugin runs those jobs again elsewhere.
 The batch script is a two-line Python file that calls :func:`main` with the recipe's
 path (no shell anywhere)::
 
-    python -m snakemake_executor_plugin_dask_slurm.clusters.worker_job RECIPE.json
+    python -m snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.in_job RECIPE.json
 """
 
 from __future__ import annotations
@@ -37,13 +37,13 @@ def say(line: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     import dask.system
 
-    from ..slurm.layout import plan_layout
-    from ..slurm.run import find_slurm_commands, read_granted_allocation
-    from .spec import WorkerRecipe, plan_worker_steps
+    from ...slurm.layout import plan_layout
+    from ...slurm.run import find_slurm_commands, read_granted_allocation
+    from ..spec import WorkerRecipe, plan_worker_steps
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        say("usage: python -m snakemake_executor_plugin_dask_slurm.clusters.worker_job RECIPE")
+        say(f"usage: python -m {__name__} RECIPE")
         return 2
     recipe = WorkerRecipe.from_json(Path(args[0]).read_text())
     env = os.environ

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.dispatch.walltime import (
+from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import (
     MIN_SAMPLES,
-    Clock,
+    AllocationEnd,
     Durations,
     Expected,
     Running,
@@ -98,7 +98,7 @@ def test_runtime_is_in_minutes() -> None:
     assert runtime_seconds({"mem_mb": 100}) is None
 
 
-CLOCK = Clock(end=NOW + 1000, margin=120, safety=30, source="test")
+CLOCK = AllocationEnd(end=NOW + 1000, margin=120, safety=30, source="test")
 
 
 @pytest.mark.parametrize(

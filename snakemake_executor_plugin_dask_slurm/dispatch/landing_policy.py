@@ -99,7 +99,7 @@ def expected_duration(rule: str, resources: Mapping[str, Any], durations: Durati
 
 
 @dataclass(frozen=True)
-class Clock:
+class AllocationEnd:
     """When the allocation ends and the margins the plugin keeps before it."""
 
     #: The allocation's end, seconds since the epoch.
@@ -158,7 +158,7 @@ def duration_text(seconds: float) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
-def refusal_message(label: str, expected: Expected, now: float, clock: Clock) -> str:
+def refusal_message(label: str, expected: Expected, now: float, clock: AllocationEnd) -> str:
     """Why a job is not started: it cannot finish in the time left."""
     assert expected.seconds is not None
     left = clock.landing_at - now
@@ -186,7 +186,7 @@ class Running:
     expected: float | None
 
 
-def to_stop_at_landing(running: Iterable[Running], clock: Clock) -> list[str]:
+def to_stop_at_landing(running: Iterable[Running], clock: AllocationEnd) -> list[str]:
     """The jobs that cannot finish before the hard stop: unknown duration, or expected to
     end after it."""
     return [

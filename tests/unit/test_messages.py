@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
 from snakemake_executor_plugin_dask_slurm.report.messages import (
     failure_message,
     job_label,
@@ -13,7 +14,6 @@ from snakemake_executor_plugin_dask_slurm.report.messages import (
 )
 from snakemake_executor_plugin_dask_slurm.worker.proctree import describe_exit
 from snakemake_executor_plugin_dask_slurm.worker.task import TaskOutcome
-from snakemake_executor_plugin_dask_slurm.worker.tasks import Finished
 from tests.fakes import FakeGroupJob, FakeJob
 
 JOB = FakeJob(name="align", jobid=7, attempt=2)

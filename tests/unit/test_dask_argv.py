@@ -1,4 +1,4 @@
-"""Command builders: exact argument lists, invalid options, and the supervised worker."""
+"""The dask scheduler/worker and supervisor argument lists: exact lists, invalid options."""
 
 from __future__ import annotations
 
@@ -14,9 +14,6 @@ from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     supervised_worker_command,
     worker_args,
 )
-from snakemake_executor_plugin_dask_slurm.slurm.argv import srun_step_command, sweep_step_command
-from snakemake_executor_plugin_dask_slurm.slurm.layout import NodeGroup
-from snakemake_executor_plugin_dask_slurm.worker.supervisor import parse_args, worker_name
 
 PY = "/venv/bin/python"
 SCHED = [PY, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s.json"]
@@ -153,69 +150,6 @@ def test_supervised_worker_command(supervisor: SupervisorOptions, head: list[str
     ]
 
 
-def test_sweep_step_command() -> None:
-    assert sweep_step_command("n3", PY, ["k1", "k2"], "srun") == [
-        *("srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n3"),
-        *("--cpus-per-task=1", "--input=none", "--export=ALL", "--job-name=dask-slurm-sweep"),
-        *(
-            PY,
-            "-m",
-            "snakemake_executor_plugin_dask_slurm.worker.supervisor",
-            "--sweep",
-            "k1",
-            "k2",
-        ),
-    ]
-
-
-@pytest.mark.parametrize(
-    ("group", "srun_args", "head"),
-    [
-        (
-            NodeGroup(("n1", "n2"), 4, 1, 4),
-            [],
-            ["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--nodelist=n1,n2"],
-        ),
-        (
-            NodeGroup(("n3",), 8, 2, 4),
-            ["--partition=debug", "--cpu-bind=none"],
-            ["--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "--nodelist=n3"],
-        ),
-    ],
-)
-def test_srun_step_command(group: NodeGroup, srun_args: list[str], head: list[str]) -> None:
-    payload = [
-        PY,
-        "-m",
-        "snakemake_executor_plugin_dask_slurm.worker.supervisor",
-        "--",
-        "--nthreads",
-        "4",
-    ]
-    argv = srun_step_command(
-        group, job_name="dask-workers", srun_args=srun_args, payload=payload, srun="/usr/bin/srun"
-    )
-    assert argv == [
-        "/usr/bin/srun",
-        *head,
-        f"--cpus-per-task={group.threads_per_worker}",
-        "--mem=0",
-        "--overlap",
-        "--kill-on-bad-exit=0",
-        "--input=none",
-        "--export=ALL",
-        "--job-name=dask-workers",
-        *srun_args,
-        *payload,
-    ]
-
-
-def test_srun_defaults_to_srun_on_path() -> None:
-    argv = srun_step_command(NodeGroup(("n1",), 1, 1, 1), job_name="j", srun_args=(), payload=["x"])
-    assert argv[0] == "srun"
-    assert argv[-1] == "x"
-
-
 def test_dask_option_names() -> None:
     argv = supervised_worker_command(
         PY,
@@ -233,27 +167,3 @@ def test_dask_option_names() -> None:
         "--preload",
         "--tls-cert",
     )
-
-
-@pytest.mark.parametrize(
-    ("env", "hostname", "name", "indexed", "expected"),
-    [
-        ({"SLURMD_NODENAME": "n3"}, "n3.cluster.example", None, False, "n3"),
-        ({}, "laptop", None, False, "laptop"),
-        ({"SLURMD_NODENAME": " "}, "laptop", None, False, "laptop"),
-        ({"SLURMD_NODENAME": "n3", "SLURM_LOCALID": "1"}, "n3", None, True, "n3-1"),
-        ({"SLURMD_NODENAME": "n3"}, "n3", "local-0", False, "local-0"),
-    ],
-)
-def test_worker_name(
-    env: dict[str, str], hostname: str, name: str | None, indexed: bool, expected: str
-) -> None:
-    assert worker_name(env, hostname, name, indexed) == expected
-
-
-@pytest.mark.parametrize(
-    "argv", [["--record-dir", "/w", "--", "--name", "x"], ["--record-dir", "/w", "--nthreads"]]
-)
-def test_supervisor_refuses_a_worker_name_or_a_missing_separator(argv: list[str]) -> None:
-    with pytest.raises(SystemExit):
-        parse_args(argv)

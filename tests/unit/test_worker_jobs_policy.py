@@ -11,24 +11,25 @@ from typing import Any
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.clusters import growth
-from snakemake_executor_plugin_dask_slurm.clusters.growth import (
+from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.policy import (
     PENDING,
     RUNNING,
     Decision,
+    JobView,
     Situation,
-    WorkerJob,
     after_failure,
     decide,
 )
-from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
-from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import (
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     batch_script,
     submission_env,
     worker_job_of,
 )
 from snakemake_executor_plugin_dask_slurm.config import resolve_growth
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import WorkerRef
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 from snakemake_executor_plugin_dask_slurm.settings import ExecutorSettings
 from snakemake_executor_plugin_dask_slurm.slurm.argv import (
@@ -38,7 +39,6 @@ from snakemake_executor_plugin_dask_slurm.slurm.argv import (
 )
 from snakemake_executor_plugin_dask_slurm.slurm.run import parse_sinfo, parse_squeue
 from snakemake_executor_plugin_dask_slurm.worker.supervisor import worker_name
-from snakemake_executor_plugin_dask_slurm.worker.tasks import LostWorker
 
 NOW = 1000.0
 
@@ -51,12 +51,12 @@ def situation(**kw: Any) -> Situation:
     return Situation(**(base | kw))
 
 
-def pending(job_id: str, cpus: float = 8.0, submitted: float = NOW - 1) -> WorkerJob:
-    return WorkerJob(job_id, PENDING, cpus, None, submitted)
+def pending(job_id: str, cpus: float = 8.0, submitted: float = NOW - 1) -> JobView:
+    return JobView(job_id, PENDING, cpus, None, submitted)
 
 
-def running(job_id: str, idle_since: float | None = None) -> WorkerJob:
-    return WorkerJob(job_id, RUNNING, 8.0, idle_since, NOW - 100)
+def running(job_id: str, idle_since: float | None = None) -> JobView:
+    return JobView(job_id, RUNNING, 8.0, idle_since, NOW - 100)
 
 
 CASES = [
@@ -131,12 +131,12 @@ def test_decide(what: str, given: Situation, expected: Decision) -> None:
 
 def test_failures_back_off_then_pause() -> None:
     delays = []
-    for n in range(1, growth.MAX_FAILURES + 1):
+    for n in range(1, policy.MAX_FAILURES + 1):
         when, paused = after_failure(n, NOW)
         delays.append(when - NOW)
-        assert paused == (n >= growth.MAX_FAILURES)
+        assert paused == (n >= policy.MAX_FAILURES)
     assert delays == [10.0, 20.0, 40.0, 80.0]
-    assert after_failure(20, NOW)[0] - NOW == growth.BACKOFF_MAX
+    assert after_failure(20, NOW)[0] - NOW == policy.BACKOFF_MAX
 
 
 def test_sinfo_and_squeue_answers() -> None:
@@ -181,7 +181,7 @@ def test_batch_script_is_python_with_the_recipe_path_quoted(tmp_path: Path) -> N
     namespace: dict[str, Any] = {}
     called: list[list[str]] = []
     code = script.replace(
-        "from snakemake_executor_plugin_dask_slurm.clusters.worker_job import main",
+        "from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.in_job import main",
         "main = lambda argv: called.append(argv) or 0",
     )
     with pytest.raises(SystemExit):
@@ -236,4 +236,4 @@ def test_a_failure_event_names_its_worker() -> None:
     msg = {"key": "k", "ok": False, "outcome": outcome, "worker": "tls://10.0.0.1:5"}
     assert finished_from_event(msg).on is None  # type: ignore[union-attr]
     msg |= {"worker_name": "j7-n1", "worker_pid": 42}
-    assert finished_from_event(msg).on == LostWorker("j7-n1", 42)  # type: ignore[union-attr]
+    assert finished_from_event(msg).on == WorkerRef("j7-n1", 42)  # type: ignore[union-attr]

@@ -1,0 +1,35 @@
+"""What the dispatcher hands on for every task that ended (pure): success, the failed job's
+outcome, or why there is none (its worker died, it was cancelled, ...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..worker.wire import TaskOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRef:
+    """A Dask worker by its name and the pid of its process (the pid names its supervisor's
+    record)."""
+
+    name: str
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """A task that is no longer running: success, or the failed job's outcome, or why
+    there is no outcome (worker lost, cancelled, ...)."""
+
+    key: str
+    ok: bool
+    outcome: TaskOutcome | None = None
+    problem: str | None = None
+    #: Set when the task's worker died: its processes may still run until its
+    #: supervisor ends them, so the job is neither failed nor rerun before that.
+    lost_on: WorkerRef | None = None
+    #: How long a job that succeeded ran, as its worker measured it.
+    seconds: float | None = None
+    #: The worker a failed job ran on (its name and process id).
+    on: WorkerRef | None = None
