@@ -4,7 +4,7 @@ Snakemake turns each field into a command-line flag (``--dask-slurm-workers``), 
 key (``dask-slurm-workers: 8``) and, where ``env_var`` is set, an environment variable
 (``SNAKEMAKE_DASK_SLURM_WORKERS``). Every boolean defaults to False: a True default makes
 Snakemake's argument parser emit an unprefixed ``--no-<name>`` flag that then breaks
-start-up. Values are checked and resolved once, in :mod:`.validation`.
+start-up. Values are checked and resolved once, in :mod:`.config`.
 
 Types are spelled ``Optional[X]``: Snakemake's settings parser understands
 ``typing.Optional`` but not the ``X | None`` union syntax.

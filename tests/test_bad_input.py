@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import VENV_BIN
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -207,10 +208,7 @@ def rerunning_scheduler(tmp_path: Path, no_leftovers: str) -> Iterator[Path]:
         ),
     ]  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not path.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        eventually(f"the scheduler file {path}", path.exists, 60, interval=0.1)
         yield path
     finally:
         for proc in procs:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import VENV_BIN, Workflow, live_processes
+from tests.waiting import eventually, still_running
 
 pytestmark = pytest.mark.e2e
 
@@ -191,11 +192,13 @@ def interrupt_sleepers(
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
-        deadline = time.monotonic() + 90
-        while not all((workflow.path / f"started{i}").exists() for i in range(2)):
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "jobs never started"
-            time.sleep(0.1)
+        eventually(
+            "both jobs started",
+            lambda: all((workflow.path / f"started{i}").exists() for i in range(2)),
+            90,
+            interval=0.1,
+            check=still_running(proc, lambda: proc.communicate()[0]),
+        )
         interrupted = time.monotonic()
         os.kill(target(proc.pid), sig)
         output, _ = proc.communicate(timeout=60)
@@ -316,10 +319,7 @@ def test_attach_to_a_scheduler_the_plugin_did_not_start(workflow: Workflow) -> N
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists():
-            assert scheduler.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        eventually("the scheduler file", sched_file.exists, 60, 0.1, still_running(scheduler))
         run = workflow.snakemake(
             "--jobs", "2", "--retries", "1", "--dask-slurm-cluster", "attach",
             "--dask-slurm-scheduler-file", str(sched_file),

@@ -23,6 +23,7 @@ from tests.appenders import (
     worker_pids,
 )
 from tests.conftest import VENV_BIN, Workflow, live_processes
+from tests.waiting import eventually, still_running
 
 pytestmark = pytest.mark.e2e
 
@@ -109,10 +110,7 @@ def test_a_killed_scheduler_ends_the_run_at_once_and_a_rerun_completes(
     workflow: Workflow,
 ) -> None:
     proc = start(workflow, "--dask-slurm-workers", "2")
-    deadline = time.monotonic() + 60
-    while started(workflow.path) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.1)
+    eventually("2 jobs started", lambda: started(workflow.path) >= 2, 60, 0.1, still_running(proc))
     scheduler = [pid for pid, cmd in live_processes("no-token", str(workflow.path))
                  if "distributed.cli.dask_scheduler" in cmd]  # fmt: skip
     assert len(scheduler) == 1
@@ -156,10 +154,10 @@ def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, dae
         [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "done.txt").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
-        time.sleep(0.05)
+    done = tmp_path / "done.txt"
+    eventually(
+        "done.txt", done.exists, 60, check=still_running(proc, lambda: proc.communicate()[0])
+    )
     time.sleep(2.0)  # the worker looks for orphans of finished jobs every second
     daemons = sleeping_in(tmp_path)
     assert proc.poll() is None, "the run ended too early to check the daemon"

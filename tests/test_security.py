@@ -35,6 +35,7 @@ from tests.intruders import (
     start_worker,
     try_client,
 )
+from tests.waiting import eventually, still_running
 
 pytestmark = pytest.mark.e2e
 
@@ -44,11 +45,7 @@ COUNT, STEPS = 4, 16  # 8 s a job, two at a time: ~16 s of run to probe
 def wait_for(
     what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes], out: Path
 ) -> None:
-    deadline = time.monotonic() + 120
-    while not ready():
-        assert proc.poll() is None, f"{what}: Snakemake ended:\n{out.read_text()}"
-        assert time.monotonic() < deadline, f"{what}: not within 120 s:\n{out.read_text()}"
-        time.sleep(0.1)
+    eventually(what, ready, 120, interval=0.1, check=still_running(proc, out.read_text))
 
 
 def credential_dirs(workdir: Path) -> list[Path]:
@@ -156,10 +153,13 @@ def test_credentials_are_gone_after_failure_and_sigterm(workflow: Workflow) -> N
         stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while not credential_dirs(workflow.path) or not (workflow.path / "out/1.txt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        eventually(
+            "credentials and a first output",
+            lambda: credential_dirs(workflow.path) and (workflow.path / "out/1.txt").exists(),
+            120,
+            interval=0.1,
+            check=still_running(proc),
+        )
         os.kill(proc.pid, signal.SIGTERM)
         output, _ = proc.communicate(timeout=60)
     finally:
@@ -253,10 +253,7 @@ def test_attach_to_a_tls_scheduler_with_credentials_from_settings_or_dask_config
         return done.returncode, done.stdout + done.stderr
 
     try:
-        deadline = time.monotonic() + 60
-        while not sched_file.exists():
-            assert scheduler.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        eventually("the scheduler file", sched_file.exists, 60, 0.1, still_running(scheduler))
         assert json.loads(sched_file.read_text())["address"].startswith("tls://")
         # Without credentials: one message saying how to give them, at once.
         code, out = attach()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from testcluster import cluster
+from tests.waiting import eventually
 
 if TYPE_CHECKING:  # imported by pytest_plugins below, so that pytest can rewrite its asserts
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -150,13 +151,12 @@ def test_scancel_ends_a_running_step(slurm_cluster: SlurmTestCluster, tmp_path: 
 
 
 def wait_for_step(slurm_cluster: SlurmTestCluster, name: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        steps = [s.step_id for s in slurm_cluster.squeue_steps() if s.name == name]
-        if steps:
-            return steps[0]
-        time.sleep(0.05)
-    raise AssertionError(f"No step named {name} appeared within {timeout:g} s")
+    steps = eventually(
+        f"a step named {name}",
+        lambda: [s.step_id for s in slurm_cluster.squeue_steps() if s.name == name],
+        timeout,
+    )
+    return steps[0]
 
 
 OVERLAP_DRIVER = r"""

@@ -29,6 +29,7 @@ from tests.appenders import (
     worker_pids,
 )
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -45,21 +46,14 @@ def snakemake_in_salloc(
 ) -> Iterator[subprocess.Popen[str]]:
     """Snakemake on the appenders workflow inside ``salloc -N3``, running in the
     background; on leaving, the allocation is cancelled if it still runs."""
-    name = f"faults-{token}"
-    proc = subprocess.Popen(
-        ["salloc", f"--job-name={name}", "-N3", "--exclusive", "--time=5", f"--chdir={workdir}",
-         SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "30",
+    with cluster.salloc_background(
+        f"faults-{token}",
+        ["-N3", "--exclusive", "--time=5", f"--chdir={workdir}"],
+        [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "30",
          "--config", f"token={token}", f"count={COUNT}", f"steps={steps}", *args],
-        env={**cluster.env, "DASK_SLURM_TEST_TOKEN": token},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
+        {"DASK_SLURM_TEST_TOKEN": token},
+    ) as proc:  # fmt: skip
         yield proc
-    finally:
-        if proc.poll() is None:
-            cluster.run(["scancel", f"--name={name}"])
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 180) -> tuple[int, str]:
@@ -123,10 +117,7 @@ def test_a_killed_scheduler_ends_the_run_and_its_steps(
 ) -> None:
     workdir = appenders(tmp_path)
     with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers) as proc:
-        deadline = time.monotonic() + 120
-        while started(workdir) < 3:
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.1)
+        eventually("3 jobs started", lambda: started(workdir) >= 3, 120, 0.1, still_running(proc))
         scheduler = [pid for pid, cmd in live_processes("no-token", str(workdir))
                      if "distributed.cli.dask_scheduler" in cmd]  # fmt: skip
         killed = time.monotonic()
@@ -162,26 +153,21 @@ def test_daemons_of_jobs_on_the_nodes_end_with_their_jobs(
         f"rule later:\n    input: {[f'd{i}.txt' for i in range(len(daemons))]}\n"
         f'    output: "later.txt"\n    shell: "sleep 4; echo {no_leftovers} > {{output}}"\n'
     )
-    name = f"daemons-{no_leftovers}"
-    proc = subprocess.Popen(
-        ["salloc", f"--job-name={name}", "-N3", "--exclusive", "--time=5",
-         f"--chdir={tmp_path}", SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
-        env={**slurm_cluster.env, "DASK_SLURM_TEST_TOKEN": no_leftovers},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120
-        while not all((tmp_path / f"d{i}.txt").exists() for i in range(len(daemons))):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
+    with slurm_cluster.salloc_background(
+        f"daemons-{no_leftovers}",
+        ["-N3", "--exclusive", "--time=5", f"--chdir={tmp_path}"],
+        [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10"],
+        {"DASK_SLURM_TEST_TOKEN": no_leftovers},
+    ) as proc:
+        eventually(
+            "every daemon's job done",
+            lambda: all((tmp_path / f"d{i}.txt").exists() for i in range(len(daemons))),
+            120,
+            check=still_running(proc),
+        )
         time.sleep(2.0)  # each worker looks for orphans of finished jobs every second
         left = sleeping_in(tmp_path)
         assert proc.poll() is None, "the run ended too early to check the daemons"
         assert not left, f"daemons outlived their jobs on the nodes: {left}"
         code, output = finish(proc)
         assert code == 0, output
-    finally:
-        if proc.poll() is None:
-            slurm_cluster.run(["scancel", f"--name={name}"])
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import VENV_BIN
+from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -269,10 +270,13 @@ def test_no_worker_job_outlives_a_stopped_or_killed_snakemake(
     )  # fmt: skip
     proc = start(slurm_cluster, workdir, no_leftovers, argv)
     try:
-        deadline = time.monotonic() + 90
-        while len([j for j in slurm_cluster.squeue_jobs() if j.state == "RUNNING"]) < 2:
-            assert time.monotonic() < deadline and proc.poll() is None, "no worker job ran"
-            time.sleep(0.2)
+        eventually(
+            "a worker job running beside the allocation",
+            lambda: len([j for j in slurm_cluster.squeue_jobs() if j.state == "RUNNING"]) >= 2,
+            90,
+            interval=0.2,
+            check=still_running(proc),
+        )
         time.sleep(2)  # jobs running on them
         proc.send_signal(sig)
         began = time.monotonic()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import VENV_BIN, WORKFLOWS, Run, wait_until_gone
+from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -286,11 +287,13 @@ def test_an_allocation_that_ends_under_the_plugin_leaves_nothing(
     )
     reader.start()
     try:
-        deadline = time.monotonic() + 120
-        while not list(workdir.glob("started*")):
-            assert proc.poll() is None, "".join(line for _, line in lines)
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        eventually(
+            "a job started",
+            lambda: list(workdir.glob("started*")),
+            120,
+            interval=0.2,
+            check=still_running(proc, lambda: "".join(line for _, line in lines)),
+        )
         if ending == "scancel":
             slurm_cluster.run(["scancel", f"--name={name}"])
         proc.wait(timeout=150)
@@ -354,10 +357,12 @@ def test_allocation_state_from_the_real_controller(
         assert scontrol_job_state(scontrol, job_id, timeout=10) == ("RUNNING", "None")
     finally:
         slurm_cluster.run(["scancel", job_id])
-    deadline = time.monotonic() + 20
-    while (state := scontrol_job_state(scontrol, job_id, timeout=10)) != ("CANCELLED", "None"):
-        assert time.monotonic() < deadline, state
-        time.sleep(0.1)
+    eventually(
+        "the allocation cancelled",
+        lambda: scontrol_job_state(scontrol, job_id, timeout=10) == ("CANCELLED", "None"),
+        20,
+        interval=0.1,
+    )
     assert scontrol_job_state(scontrol, "987654", timeout=10) == ("GONE", "None")
 
 

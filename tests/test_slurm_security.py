@@ -33,6 +33,7 @@ from tests.intruders import (
     start_worker,
     try_client,
 )
+from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -70,11 +71,13 @@ def test_another_nodes_processes_cannot_use_the_runs_cluster(
     intruders: list[subprocess.Popen[bytes]] = []
     try:
         run_dir = workdir / ".snakemake/dask-slurm"
-        deadline = time.monotonic() + 120
-        while started(workdir) < COUNT:  # every job runs: the cluster is all up
-            assert proc.poll() is None, out.read_text()
-            assert time.monotonic() < deadline, out.read_text()
-            time.sleep(0.2)
+        eventually(  # every job runs: the cluster is all up
+            "every job started",
+            lambda: started(workdir) >= COUNT,
+            120,
+            interval=0.2,
+            check=still_running(proc, out.read_text),
+        )
         address = json.loads((run_dir / "logs/scheduler.json").read_text())["address"]
         assert address.startswith(f"tls://{slurm_cluster.login_address}:"), address
         (creds,) = run_dir.glob("tls-*")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.conftest import VENV_BIN, live_processes
+from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
@@ -54,33 +54,6 @@ rule big:
     resources: runtime=3
     shell: "echo big > {output}"
 """
-
-
-def salloc_snakemake(
-    cluster: SlurmTestCluster, workdir: Path, token: str, time_limit: int, *config: str
-) -> subprocess.Popen[str]:
-    argv = [
-        "salloc", f"--job-name=wt-{token}", "-N1", "-c2", f"--time={time_limit}",
-        f"--chdir={workdir}", str(VENV_BIN / "snakemake"), "--executor", "dask-slurm",
-        "--jobs", "2", "--keep-going", "--config", f"token={token}", *config,
-    ]  # fmt: skip
-    return subprocess.Popen(
-        argv, env={**cluster.env, "DASK_SLURM_TEST_TOKEN": token}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )  # fmt: skip
-
-
-def finish(
-    proc: subprocess.Popen[str], cluster: SlurmTestCluster, token: str, timeout: float
-) -> str:
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        return out
-    finally:
-        if proc.poll() is None:
-            cluster.run(["scancel", f"--name=wt-{token}"])
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
 
 
 def check_outputs(workdir: Path, slow_lines: int | None) -> list[int]:
@@ -163,21 +136,21 @@ def test_sigusr1_lands_the_run_at_once(
 ) -> None:
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     (tmp_path / "slow-seconds").write_text("300")
-    proc = salloc_snakemake(slurm_cluster, tmp_path, no_leftovers, 10, "count=1")
-    try:
-        deadline = time.monotonic() + 90
-        while not (tmp_path / "out/slow.txt").exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
+    with slurm_cluster.salloc_background(
+        f"wt-{no_leftovers}",
+        ["-N1", "-c2", "--time=10", f"--chdir={tmp_path}"],
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2",
+         "--keep-going", "--config", f"token={no_leftovers}", "count=1"],
+        {"DASK_SLURM_TEST_TOKEN": no_leftovers},
+    ) as proc:  # fmt: skip
+        slow = tmp_path / "out/slow.txt"
+        eventually("out/slow.txt", slow.exists, 90, 0.2, still_running(proc))
         snakemake = [pid for pid, cmd in live_processes(no_leftovers, str(tmp_path))
                      if "bin/snakemake" in cmd and "salloc" not in cmd]  # fmt: skip
         assert len(snakemake) == 1, snakemake
         signalled = time.monotonic()
         os.kill(snakemake[0], signal.SIGUSR1)  # what sbatch --signal=USR1@120 sends
-        out = finish(proc, slurm_cluster, no_leftovers, 60)
-    finally:
-        if proc.poll() is None:
-            finish(proc, slurm_cluster, no_leftovers, 5)
+        out, _ = proc.communicate(timeout=60)
     assert time.monotonic() - signalled < 20, out
     assert "SIGUSR1 received; the allocation ends in" in out and "landing." in out, out
     assert "the run landed before the allocation's time limit" in out, out

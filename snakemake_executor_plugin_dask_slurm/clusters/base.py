@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import DaskSlurmError
 from ..report.hints import dashboard_hint
-from .security import RunSecurity
+from .security import PlainTcp, RunSecurity
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -88,6 +88,28 @@ class ClusterSource(ABC):
         """End every process of ``keys`` left where ``worker`` ran; None if it cannot
         be done, else what was done."""
         return None
+
+    def future_offers(self) -> list[dict[str, float]]:
+        """What workers that may still join will offer (Dask resources, one dict per kind
+        of worker), counted for admission before they exist."""
+        return []
+
+    def workers_may_come(self) -> bool:
+        """Whether workers may still join, so that none alive now is not the end."""
+        return False
+
+    def from_worker_job(self, worker: str) -> bool:
+        """Whether ``worker`` runs in a worker job (which may end under its jobs)."""
+        return False
+
+    def lost_with_its_job(self, worker: str, noticed: float) -> bool:
+        """Whether a job that failed on ``worker`` at ``noticed`` was killed together with
+        the worker's own SLURM job (may ask SLURM: seconds)."""
+        return False
+
+    def closing_lines(self) -> list[str]:
+        """What the user is told once the source closed (at INFO)."""
+        return []
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -170,3 +192,22 @@ def close_client(client: Client, scheduler_lost: bool) -> None:
         logging.getLogger("distributed.client").setLevel(logging.CRITICAL + 1)
     with contextlib.suppress(Exception):
         client.close(timeout=2)
+
+
+def worker_offers(client: Client) -> list[dict[str, float]]:
+    """What each worker registered now offers (its Dask resources)."""
+    workers = client.scheduler_info(n_workers=-1)["workers"].values()
+    return [dict(worker.get("resources", {})) for worker in workers]
+
+
+def started_lines(source: ClusterSource) -> tuple[list[str], list[str]]:
+    """What the user is told once ``source`` is up: lines at INFO, lines at WARNING (plain
+    TCP, and what the source warns of)."""
+    said = source.summary()
+    warnings = []
+    security = source.security.describe()
+    if isinstance(source.security, PlainTcp):
+        warnings.append(f"security: {security}")
+    elif security:
+        said.append(f"security: {security}")
+    return said, warnings + source.warnings()

@@ -18,6 +18,7 @@ from .local import LocalProcessCluster
 from .network import check_bindable, choose_scheduler_host
 from .security import AttachSecurity, PlainTcp, RunCredentials, RunSecurity
 from .spec import local_layout
+from .worker_jobs.growing import GrowingCluster
 from .worker_jobs.pool import WorkerJobs
 
 
@@ -71,8 +72,27 @@ def attach_security(config: RunConfig) -> AttachSecurity:
     return AttachSecurity(*config.tls_files)
 
 
-def make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSource:
-    """The cluster this run uses, planned and checked, not started."""
+def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) -> ClusterSource:
+    """The cluster this run uses, planned and checked, not started; with its worker jobs
+    (named ``name`` in SLURM's queue) when the farm may grow."""
+    source = _make_source(config, logger, cores)
+    if config.growth is None:
+        return source
+    pool = make_worker_jobs(
+        config,
+        source,
+        name,
+        lambda line: logger.info(f"dask-slurm: {line}"),
+        lambda line: logger.warning(f"dask-slurm: {line}"),
+    )
+    logger.info(
+        f"dask-slurm: the farm grows with up to {pool.config.max_jobs} worker job(s) while "
+        f"jobs wait ({pool.options_text()}); checked with sbatch --test-only"
+    )
+    return GrowingCluster(source, pool)
+
+
+def _make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSource:
     if config.cluster == "attach":
         return AttachCluster(
             config.scheduler_address,
@@ -83,11 +103,15 @@ def make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSou
     if config.cluster == "srun":
         from .srun import SrunCluster
 
-        return SrunCluster.from_environment(config, lambda left: run_security(config, left))
+        srun = SrunCluster.from_environment(config, lambda left: run_security(config, left))
+        srun.preflight()
+        return srun
     if config.cluster == "sbatch":
         from .sbatch import SbatchCluster
 
-        return SbatchCluster.from_environment(config, lambda left: run_security(config, left))
+        sbatch = SbatchCluster.from_environment(config, lambda left: run_security(config, left))
+        sbatch.preflight()
+        return sbatch
     cpus, cpus_source = local_cpus(config, cores)
     mem_mb, _ = local_mem_mb(cpus)
     if in_allocation(os.environ):
@@ -126,17 +150,13 @@ def make_worker_jobs(
     name: str,
     say: Callable[[str], None],
     warn: Callable[[str], None],
-) -> WorkerJobs | None:
-    """The run's worker jobs, checked with SLURM (``sbatch --test-only``), or None when
-    the farm does not grow."""
-    if config.growth is None:
-        return None
+) -> WorkerJobs:
+    """The run's worker jobs, checked with SLURM (``sbatch --test-only``)."""
+    assert config.growth is not None
     import dataclasses
     import sys
 
-    from ..worker import SUPERVISOR_MODULE
-    from .dask_argv import dask_option_names
-    from .preflight import check_dask_cli
+    from .preflight import check_plan
     from .spec import Paths, sample_worker_argv, worker_recipe
     from .worker_jobs.pool import GrowthCommands, WorkerJobs
 
@@ -144,13 +164,7 @@ def make_worker_jobs(
         worker_recipe(config, Paths.of(config), sys.executable, os.getpid(), source.security),
         job_prefix=True,
     )
-    check_dask_cli(
-        sys.executable,
-        (),
-        (*dask_option_names(sample_worker_argv(recipe)), "--name"),
-        60.0,
-        worker_module=SUPERVISOR_MODULE,
-    )
+    check_plan(None, [sample_worker_argv(recipe)])
     jobs = WorkerJobs(config.growth, recipe, config.run_dir, name, GrowthCommands.find(), say, warn)
     jobs.prepare()
     return jobs

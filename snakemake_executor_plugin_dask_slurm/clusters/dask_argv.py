@@ -38,7 +38,7 @@ class SchedulerOptions:
 @dataclass(frozen=True)
 class WorkerOptions:
     """What each ``dask worker`` is told. One process, no nanny: the plugin's supervisor
-    starts it, names it, and ends what its jobs leave behind (see :mod:`.supervisor`)."""
+    starts it, names it, and ends what its jobs leave behind (see :mod:`..worker.supervisor`)."""
 
     scheduler_file: str
     nthreads: int

@@ -1,8 +1,8 @@
 """The embedded default: a scheduler and supervised worker processes on this machine.
 
-Same lifecycle as the srun source (:class:`.base.ProcessCluster`), with the workers started
-directly (each under the plugin's supervisor) instead of through srun; the plan is
-:func:`.spec.plan_local`. The scheduler runs as its own process rather than inside
+Same lifecycle as the srun source (:class:`.process_cluster.ProcessCluster`), with the
+workers started directly (each under the plugin's supervisor) instead of through srun; the
+plan is :func:`.spec.plan_local`. The scheduler runs as its own process rather than inside
 Snakemake's, so its work never competes with Snakemake's scheduling thread for the
 interpreter lock. It listens on loopback unless --dask-slurm-scheduler-host or
 --dask-slurm-interface says otherwise.
@@ -15,15 +15,10 @@ import sys
 from collections.abc import Sequence
 
 from ..config import RunConfig
-from ..worker import SUPERVISOR_MODULE
 from ..worker.supervisor import sweep
-from .dask_argv import dask_option_names
-from .preflight import check_dask_cli
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_local
-
-PREFLIGHT_TIMEOUT = 60.0
 
 
 class LocalProcessCluster(ProcessCluster):
@@ -41,16 +36,6 @@ class LocalProcessCluster(ProcessCluster):
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
         return cluster
-
-    def preflight(self) -> None:
-        """Check the Dask CLI accepts every option, before starting anything."""
-        check_dask_cli(
-            sys.executable,
-            dask_option_names(self.scheduler.argv),
-            (*dask_option_names(self.workers[0].argv), "--name"),
-            PREFLIGHT_TIMEOUT,
-            worker_module=SUPERVISOR_MODULE,
-        )
 
     def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
         """The workers run on this machine: end the jobs' processes from here."""

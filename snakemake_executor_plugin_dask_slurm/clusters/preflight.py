@@ -18,8 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import DaskSlurmError
 from ..worker.supervisor import WORKER_HELP
-from .dask_argv import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE
+from .dask_argv import SCHEDULER_MODULE, SUPERVISOR_MODULE, WORKER_MODULE, dask_option_names
 
+#: Seconds each ``--help`` may take (it imports distributed: about a second, more on a
+#: loaded machine or a slow shared filesystem).
+PREFLIGHT_TIMEOUT = 60.0
 _OPTION = re.compile(r"--[A-Za-z0-9][A-Za-z0-9-]*")
 # Successful --help answers per (interpreter, module): a run checks several option sets.
 _help_cache: dict[tuple[str, str], str] = {}
@@ -134,3 +137,15 @@ def check_dask_cli(
             f"plugin supports (2026.8 to <2027), or an extra option was misspelt. "
             f"{_install_hint(python, WORKER_MODULE)}"
         )
+
+
+def check_plan(scheduler_argv: Sequence[str] | None, worker_argvs: Sequence[Sequence[str]]) -> None:
+    """The one preflight of a plan: this interpreter's ``dask scheduler`` accepts every
+    option of ``scheduler_argv`` (None: no scheduler of ours), and ``dask worker``, reached
+    through the plugin's supervisor, every option of the ``worker_argvs``."""
+    scheduler = dask_option_names(scheduler_argv) if scheduler_argv else ()
+    options = dict.fromkeys(o for argv in worker_argvs for o in dask_option_names(argv))
+    workers = (*options, "--name") if options else ()  # --name: the supervisor adds it
+    check_dask_cli(
+        sys.executable, scheduler, workers, PREFLIGHT_TIMEOUT, worker_module=SUPERVISOR_MODULE
+    )

@@ -19,6 +19,7 @@ from ..errors import DaskSlurmError
 from ..worker.scheduler_preload import CLOSE_WORKERS_HANDLER
 from ..worker.waiting import Deadline, wait_until
 from .base import ClusterSource, close_client, connect, dashboard_line, worker_count
+from .preflight import check_plan
 from .process import ManagedProcess, Status, wait_for_scheduler_file
 from .security import RunSecurity
 from .spec import ClusterSpec, ProcessSpec
@@ -101,6 +102,11 @@ class ProcessCluster(ClusterSource):
                     f"registered ({count} of {self.expected_workers}). Its log "
                     f"({proc.log_path}) ends with:\n{proc.tail()}\n{self.worker_hint()}"
                 )
+
+    def preflight(self) -> None:
+        """Check, before anything starts, that this interpreter's Dask accepts every option
+        the plan passes (:func:`.preflight.check_plan`)."""
+        check_plan(self.scheduler.argv, [worker.argv for worker in self.workers])
 
     def scheduler_lost(self) -> bool:
         return self.scheduler.status is Status.exited

@@ -3,7 +3,7 @@
 What users of the SLURM executor plugin do today, minus one ``sbatch`` per rule: the
 scheduler runs next to Snakemake (it must be reachable from the compute nodes: the
 address on the route to one of the partition's nodes, or what --dask-slurm-interface /
---dask-slurm-scheduler-host say), and :class:`.worker_jobs.WorkerJobs` submits the worker
+--dask-slurm-scheduler-host say), and :class:`.worker_jobs.pool.WorkerJobs` submits the worker
 jobs as jobs wait. Only asked for (``--dask-slurm-cluster sbatch``): ``auto`` never picks
 it, because it queues batch jobs.
 """
@@ -18,14 +18,11 @@ from ..config import RunConfig
 from ..errors import DaskSlurmError
 from ..slurm.argv import sinfo_command
 from ..slurm.run import ask, parse_sinfo
-from .dask_argv import dask_option_names
 from .network import check_bindable, choose_scheduler_host
-from .preflight import check_dask_cli
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_scheduler_only
 
-PREFLIGHT_TIMEOUT = 60.0
 SINFO_TIMEOUT = 30.0
 
 
@@ -58,9 +55,6 @@ class SbatchCluster(ProcessCluster):
         cluster.host = host
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
-        check_dask_cli(
-            sys.executable, dask_option_names(cluster.scheduler.argv), (), PREFLIGHT_TIMEOUT
-        )
         return cluster
 
     def summary(self) -> list[str]:

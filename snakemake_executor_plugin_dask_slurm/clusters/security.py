@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DaskSlurmError
+from ..worker.proctree import pid_alive
 
 #: Certificates are valid from this long before they are made: node clocks drift.
 CLOCK_SKEW = datetime.timedelta(hours=1)
@@ -132,16 +133,6 @@ def write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale(run_dir: Path, host: str) -> list[Path]:
     """Remove credential directories left in ``run_dir`` by runs on ``host`` whose process
     is gone (killed with SIGKILL); what was removed."""
@@ -149,7 +140,7 @@ def remove_stale(run_dir: Path, host: str) -> list[Path]:
     with contextlib.suppress(OSError):
         for path in run_dir.glob(f"{DIRECTORY_PREFIX}{host}-*"):
             pid = path.name.rpartition("-")[2]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
     return removed

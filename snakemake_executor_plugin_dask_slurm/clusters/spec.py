@@ -3,7 +3,7 @@
 The way distributed's ``SubprocessCluster`` builds a spec that ``SpecCluster`` runs: the
 functions here turn the resolved settings and what SLURM granted (or this machine has)
 into a frozen :class:`ClusterSpec` — each process's argument list, log file and the
-environment it adds, how many workers to wait for — and :class:`.base.ProcessCluster`
+environment it adds, how many workers to wait for — and :class:`.process_cluster.ProcessCluster`
 only starts, watches and stops what the spec says. Nothing here reads the environment,
 starts a process or touches the network; ``tests/unit/golden/`` pins a whole plan.
 """
@@ -125,33 +125,6 @@ def scheduler_spec(
     )
 
 
-def worker_options(
-    config: RunConfig, paths: Paths, nthreads: int, resources: Mapping[str, float],
-    security: RunSecurity, host: str | None = None,
-) -> WorkerOptions:  # fmt: skip
-    return WorkerOptions(
-        scheduler_file=str(paths.scheduler_file),
-        nthreads=nthreads,
-        resources=tuple(sorted(resources.items())),
-        local_directory=config.local_directory,
-        interface=config.interface,
-        host=None if config.interface else host,
-        death_timeout=DEATH_TIMEOUT,
-        extra_args=("--preload", TASK_MODULE, *security.worker_args(), *config.worker_args),
-    )
-
-
-def supervisor_options(
-    config: RunConfig, paths: Paths, name: str | None, indexed: bool
-) -> SupervisorOptions:
-    return SupervisorOptions(
-        record_dir=str(paths.records),
-        name=name,
-        indexed=indexed,
-        restarts=RESTARTS if config.nanny else 0,
-    )
-
-
 def worker_env(
     config: RunConfig, owner_pid: int, security: RunSecurity
 ) -> tuple[tuple[str, str], ...]:
@@ -191,18 +164,15 @@ def plan_local(
     resources: dict[str, float] = {"cpus": nthreads}
     if mem_mb:
         resources["mem_mb"] = mem_mb // nworkers
+    recipe = worker_recipe(config, paths, python, owner_pid, security)
     # The workers listen where the scheduler does (loopback unless told otherwise).
-    opts = worker_options(config, paths, nthreads, resources, security, host)
+    opts = recipe.worker_options(nthreads, resources, host)
     workers = tuple(
         ProcessSpec(
             f"local Dask worker {name}",
-            tuple(
-                supervised_worker_command(
-                    python, supervisor_options(config, paths, name, False), opts
-                )
-            ),
+            tuple(supervised_worker_command(python, recipe.supervisor_options(name), opts)),
             paths.logs / f"worker-{name}.log",
-            worker_env(config, owner_pid, security),
+            recipe.env,
         )
         for name in local_worker_names(nworkers)
     )
@@ -248,7 +218,7 @@ def step_log_name(index: int, group: NodeGroup, prefix: str = "") -> str:
 @dataclass(frozen=True)
 class WorkerRecipe:
     """How to start the workers of an allocation, whichever nodes it holds: what the srun
-    steps of the run's own allocation and those of every worker job (:mod:`.worker_job`,
+    steps of the run's own allocation and those of every worker job (:mod:`.worker_jobs.in_job`,
     which reads it back from JSON on the job's first node) have in common."""
 
     python: str
@@ -264,6 +234,33 @@ class WorkerRecipe:
     env: tuple[tuple[str, str], ...]
     #: Name workers ``j<job id>-<node>`` (worker jobs), not ``<node>``.
     job_prefix: bool = False
+
+    def worker_options(
+        self, nthreads: int, resources: Mapping[str, float], host: str | None = None
+    ) -> WorkerOptions:
+        """One worker's ``dask worker`` options, with ``nthreads`` threads advertising
+        ``resources`` (listening on ``host`` unless an interface is named)."""
+        return WorkerOptions(
+            scheduler_file=self.scheduler_file,
+            nthreads=nthreads,
+            resources=tuple(sorted(resources.items())),
+            local_directory=self.local_directory,
+            interface=self.interface,
+            host=None if self.interface else host,
+            death_timeout=DEATH_TIMEOUT,
+            extra_args=self.extra_args,
+        )
+
+    def supervisor_options(
+        self, name: str | None = None, indexed: bool = False
+    ) -> SupervisorOptions:
+        return SupervisorOptions(
+            record_dir=self.record_dir,
+            name=name,
+            indexed=indexed,
+            restarts=self.restarts,
+            job_prefix=self.job_prefix,
+        )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
@@ -300,21 +297,8 @@ def plan_worker_steps(
     """One srun step of supervised workers per node size of ``alloc``."""
     steps = []
     for index, group in enumerate(layout.groups):
-        opts = WorkerOptions(
-            scheduler_file=recipe.scheduler_file,
-            nthreads=group.threads_per_worker,
-            resources=tuple(sorted(group_resources(group, alloc).items())),
-            local_directory=recipe.local_directory,
-            interface=recipe.interface,
-            death_timeout=DEATH_TIMEOUT,
-            extra_args=recipe.extra_args,
-        )
-        supervisor = SupervisorOptions(
-            record_dir=recipe.record_dir,
-            indexed=group.workers_per_node > 1,
-            restarts=recipe.restarts,
-            job_prefix=recipe.job_prefix,
-        )
+        opts = recipe.worker_options(group.threads_per_worker, group_resources(group, alloc))
+        supervisor = recipe.supervisor_options(indexed=group.workers_per_node > 1)
         payload = supervised_worker_command(recipe.python, supervisor, opts)
         argv = srun_step_command(
             group, job_name=STEP_NAME, srun_args=recipe.srun_args, payload=payload, srun=srun
@@ -332,17 +316,8 @@ def plan_worker_steps(
 
 def sample_worker_argv(recipe: WorkerRecipe) -> list[str]:
     """One worker's command as a worker job would start it (for the preflight check)."""
-    opts = WorkerOptions(
-        scheduler_file=recipe.scheduler_file,
-        nthreads=1,
-        resources=(("cpus", 1.0),),
-        local_directory=recipe.local_directory,
-        interface=recipe.interface,
-        death_timeout=DEATH_TIMEOUT,
-        extra_args=recipe.extra_args,
-    )
-    supervisor = SupervisorOptions(record_dir=recipe.record_dir, job_prefix=True)
-    return supervised_worker_command(recipe.python, supervisor, opts)
+    opts = recipe.worker_options(1, {"cpus": 1.0})
+    return supervised_worker_command(recipe.python, recipe.supervisor_options(), opts)
 
 
 def plan_srun(

@@ -4,9 +4,9 @@ Everything is decided before anything starts: the allocation (nodes, CPUs per no
 where that number came from, memory, GPUs), the layout (one srun step per distinct node
 size), the scheduler's address (reachable from the nodes), and a preflight check that
 this interpreter's ``dask scheduler``/``dask worker`` accept every option passed; the plan
-itself is :func:`.spec.plan_srun`. Then the shared :class:`.base.ProcessCluster` lifecycle
-starts the scheduler and the steps,
-waits for *every* expected worker while watching every step, and tears down in order.
+itself is :func:`.spec.plan_srun`. Then the shared lifecycle
+(:class:`.process_cluster.ProcessCluster`) starts the scheduler and the steps, waits for
+*every* expected worker while watching every step, and tears down in order.
 """
 
 from __future__ import annotations
@@ -19,41 +19,27 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..config import RunConfig
 from ..slurm.allocation import Allocation
-from ..slurm.argv import sweep_step_command
 from ..slurm.layout import WorkerLayout, plan_layout
 from ..slurm.run import (
-    SlurmCommandError,
+    Slurm,
     find_slurm_commands,
+    node_of_worker,
     read_granted_allocation,
     scontrol_job_state,
     scontrol_time_left,
+    sweep_node,
 )
-from ..slurm.run import run as slurm_run
 from ..slurm.states import allocation_ended
-from ..worker import SUPERVISOR_MODULE
-from .dask_argv import dask_option_names
 from .network import check_bindable, choose_scheduler_host
-from .preflight import check_dask_cli
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_srun
 
-PREFLIGHT_TIMEOUT = 60.0
 SCONTROL_TIMEOUT = 15.0
 #: Asked only once the cluster broke, on Snakemake's thread: keep it short.
 JOB_STATE_TIMEOUT = 5.0
-#: Seconds for the srun step that ends a lost worker's jobs when its supervisor is gone.
-SWEEP_TIMEOUT = 30.0
 
 logger = logging.getLogger(__name__)
-
-
-def node_of_worker(worker: str, nodes: Sequence[str]) -> str | None:
-    """The node a worker named ``n3`` or ``n3-1`` (several a node) runs on."""
-    if worker in nodes:
-        return worker
-    base = worker.rpartition("-")[0]
-    return base if base in nodes else None
 
 
 class SrunCluster(ProcessCluster):
@@ -95,7 +81,6 @@ class SrunCluster(ProcessCluster):
         cluster.srun, cluster.scontrol = commands.srun, commands.scontrol
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
-        cluster.preflight()
         return cluster
 
     alloc: Allocation
@@ -103,17 +88,6 @@ class SrunCluster(ProcessCluster):
     host: tuple[str | None, str]
     srun: str
     scontrol: str | None = None
-
-    def preflight(self) -> None:
-        """Check the Dask CLI accepts every option, before starting anything."""
-        worker_opts = tuple(o for p in self.workers for o in dask_option_names(p.argv))
-        check_dask_cli(
-            sys.executable,
-            dask_option_names(self.scheduler.argv),
-            (*worker_opts, "--name"),
-            PREFLIGHT_TIMEOUT,
-            worker_module=SUPERVISOR_MODULE,
-        )
 
     def problem(self) -> str | None:
         """What broke; first whether SLURM ended the allocation, the usual cause.
@@ -138,16 +112,7 @@ class SrunCluster(ProcessCluster):
     def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
         """End the processes of ``keys`` on ``worker``'s node with a one-task srun step."""
         node = node_of_worker(worker, self.alloc.nodes)
-        if node is None:
-            return None
-        try:
-            said = slurm_run(
-                sweep_step_command(node, sys.executable, keys, self.srun), SWEEP_TIMEOUT
-            )
-        except SlurmCommandError as e:
-            logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
-            return None
-        return f"an srun step on {node} ended them ({said.strip()})"
+        return sweep_node(Slurm(), self.srun, sys.executable, node, keys) if node else None
 
     def worker_hint(self) -> str:
         return (

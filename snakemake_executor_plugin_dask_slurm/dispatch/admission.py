@@ -17,7 +17,7 @@ semantics of the mode:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,3 +112,27 @@ def unsatisfiable_message(job_label: str, request: Mapping[str, float], capacity
         "the workers more (a bigger allocation, --dask-slurm-workers with fewer, "
         "larger workers)."
     )
+
+
+def capped_message(
+    job: Any, asked: Mapping[str, float], capped: Sequence[str], capacity: Capacity
+) -> str:
+    """Local mode capped what ``job`` asked for (:func:`admit`): which requests, and why
+    that is what Snakemake's local executor would do."""
+    parts = []
+    for resource in capped:
+        if resource in capacity.advertised:
+            has = capacity.largest().get(resource, 0)
+            parts.append(
+                f"{resource}={asked[resource]:g} is more than a local worker has ({has:g}), "
+                "so it gets a whole worker"
+            )
+        else:
+            name = next(
+                (n for n in GPU_RESOURCE_NAMES if job.resources.get(n) == asked[resource]), resource
+            )
+            parts.append(
+                f"{name}={asked[resource]:g} is counted by Snakemake only (limit it with "
+                f"--resources {name}=N): the local workers have no GPUs"
+            )
+    return f"rule {job.name}: {'; '.join(parts)}, as Snakemake's local executor would run it"

@@ -5,8 +5,8 @@ finished, Dask forgets it in the same step. A task whose result some client stil
 would be run again by Dask if its worker died afterwards (Dask recomputes lost results
 that are wanted), and that would run a job twice, the second copy rewriting an output
 Snakemake already accepted. So the outcome does not travel as a task result: the task
-itself sends it as a Dask event (``worker_task.run_and_report``, topic
-``worker_task.EVENT_TOPIC``), which the scheduler pushes to this client; and the
+itself sends it as a Dask event (:func:`..worker.task.run_and_report`, topic
+:data:`..worker.task.EVENT_TOPIC`), which the scheduler pushes to this client; and the
 scheduler's own ``remove-worker`` events (topic ``all``) say which tasks a dead worker
 held (they fail: the plugin's scheduler never re-runs them, see ``scheduler_preload``).
 
@@ -93,9 +93,6 @@ class Dispatcher:
         )
 
     # -- submission (Snakemake's scheduling thread) ------------------------------------
-
-    def submit(self, spec: TaskSpec, resources: Mapping[str, float]) -> None:
-        self.submit_many([(spec, resources)])
 
     def submit_many(self, tasks: Sequence[tuple[TaskSpec, Mapping[str, float]]]) -> None:
         """Submit jobs, each with its resource request, in one graph update per request
@@ -192,10 +189,6 @@ class Dispatcher:
     @property
     def worker_count(self) -> int:
         return len(self._workers)
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._pending)
 
     def drain(self) -> list[Finished]:
         """Every task finished since the last call. Costs no round trip to a worker."""

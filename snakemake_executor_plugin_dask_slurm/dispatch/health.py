@@ -3,7 +3,7 @@ the scheduler (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 #: Seconds to wait, when no worker is left, for the supervisors' word on how they died.
 DEATH_RECORD_WAIT = 2.0
@@ -26,3 +26,33 @@ def no_worker_problem(
         f"restarts them: see the worker logs in {logs}; --dask-slurm-nanny restarts a "
         "worker that dies)"
     )
+
+
+class NoWorkers:
+    """Since when no worker has been alive, and whether that ends the run: the timer
+    behind :func:`no_worker_problem`, fed what the cluster looks like at each check."""
+
+    def __init__(self, restarts: bool, startup_timeout: float, logs: str):
+        self.restarts = restarts
+        self.startup_timeout = startup_timeout
+        self.logs = logs
+        self.since: float | None = None
+
+    def check(
+        self,
+        now: float,
+        alive: int,
+        may_come: bool,
+        scheduler_lost: bool,
+        deaths: Callable[[], Sequence[str]],
+    ) -> str | None:
+        """The run's end (the sentence saying why) when ``alive`` is 0 for long enough and
+        no worker ``may_come``; ``deaths`` is asked only then. With the scheduler lost,
+        the count of workers means nothing (the source says what broke)."""
+        if alive or may_come or scheduler_lost:
+            self.since = None
+            return None
+        self.since = self.since if self.since is not None else now
+        return no_worker_problem(
+            now - self.since, self.restarts, self.startup_timeout, deaths(), self.logs
+        )

@@ -14,10 +14,10 @@ from typing import Any
 
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
-from ..report.messages import capped_message, job_label
-from .admission import Capacity, admit, job_request, unsatisfiable_message
+from ..report.messages import job_label
+from .admission import Capacity, admit, capped_message, job_request, unsatisfiable_message
 from .job_commands import JobCommandBuilder
-from .registry import Entry, Refusal
+from .registry import JobRecord, Refusal
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Intake:
     check_time: Callable[[Any, str], tuple[str | None, float | None]] | None = None
     _capped_rules: set[str] = field(default_factory=set)
 
-    def take(self, jobs: Sequence[Any]) -> tuple[list[Entry], list[Refusal]]:
+    def take(self, jobs: Sequence[Any]) -> tuple[list[JobRecord], list[Refusal]]:
         """Admit and build each job; a job that cannot run or be built is refused alone."""
         admitted: list[tuple[SubmittedJobInfo, dict[str, float]]] = []
         refused: list[Refusal] = []
@@ -62,15 +62,14 @@ class Intake:
                 self.note(capped_message(job, asked, capped, self.capacity))
             admitted.append((info, request))
         built = self.builder.build_many([(info.job, info.external_jobid) for info, _ in admitted])
-        entries: list[Entry] = []
+        records: list[JobRecord] = []
+        now = time.time()
         for (info, request), item in zip(admitted, built, strict=True):
             if isinstance(item, Exception):
                 refused.append((info, f"{job_label(info.job)} could not be prepared: {item}\n"))
                 continue
             spec, way = item
-            # spec and request: to run it again if its worker dies under it
-            info.aux = {"way": way, "log": spec.log_path, "spec": spec, "request": request}
-            if check_time is not None:  # for the landing: when, and how long expected
-                info.aux.update(since=time.time(), expected=expected.get(spec.key))
-            entries.append((info, spec, request))
-        return entries, refused
+            # spec and request: to run it again if its worker dies under it; when and how
+            # long expected: for the landing
+            records.append(JobRecord(info, spec, request, way, now, expected.get(spec.key)))
+        return records, refused

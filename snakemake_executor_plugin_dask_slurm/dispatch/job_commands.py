@@ -1,4 +1,4 @@
-"""Turn one Snakemake job into the :class:`~.worker_task.TaskSpec` a worker runs.
+"""Turn one Snakemake job into the :class:`~..worker.wire.TaskSpec` a worker runs.
 
 Two ways, both correct:
 

@@ -1,7 +1,7 @@
 """The thread that watches the allocation's clock: it wakes at the landing point, at the
 hard stop, to ask SLURM again how long is left, and at once on SIGUSR1; what to do then is
 the executor's (``land`` and ``hard_stop`` callbacks), the decisions are
-:mod:`.walltime`'s.
+:mod:`.landing_policy`'s.
 """
 
 from __future__ import annotations
@@ -10,24 +10,31 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..report.messages import job_label
+from ..slurm.run import optional_command, scontrol_time_left
+from ..slurm.walltime import allocation_end
 from .landing_policy import (
     AllocationEnd,
     Durations,
     Running,
+    clock_line,
     duration_text,
     expected_duration,
     fits,
     refusal_message,
+    scaled_margins,
     to_stop_at_landing,
 )
-from .registry import JobRegistry, counts_by_rule
+from .outcomes import Finished
+from .registry import JobRecord, JobRegistry, counts_by_rule
 
 #: Seconds between two questions to SLURM about the time left (a changed time limit).
 REFRESH_SECONDS = 300.0
+#: Seconds to wait for scontrol's answer about the time left.
+SCONTROL_TIMEOUT = 10.0
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +144,59 @@ class AllocationClock:
         self.too_long = 0
         self.watch = LandingWatch(clock, refresh, self._land, self._hard_stop, margin)
 
+    @classmethod
+    def for_run(
+        cls,
+        env: Mapping[str, str],
+        margins: tuple[float, float],
+        registry: JobRegistry,
+        stop_jobs: Callable[[list[str]], None],
+        exit_gracefully: Callable[[], None],
+        say: Callable[[str], None],
+        warn: Callable[[str], None],
+    ) -> AllocationClock | None:
+        """Inside an allocation: its end (one question to SLURM), and the landing thread,
+        started; None outside SLURM or with a landing margin of 0. ``margins`` are
+        --dask-slurm-landing-margin and --dask-slurm-runtime-margin."""
+        job_id = env.get("SLURM_JOB_ID")
+        landing, runtime = margins
+        if not job_id or landing <= 0:
+            return None
+        scontrol = optional_command("scontrol")
+
+        def time_left() -> float | None:
+            return scontrol_time_left(scontrol, job_id, SCONTROL_TIMEOUT) if scontrol else None
+
+        now = time.time()
+        found = allocation_end(env, time_left(), now)
+        end = None
+        margin = landing
+        if found is not None:
+            margin, safety = scaled_margins(found[0], now, landing, runtime)
+            end = AllocationEnd(found[0], margin, safety, found[1])
+        say(clock_line(job_id, end, now, landing))
+        clock = cls(end, margin, time_left if scontrol else None, registry, stop_jobs,
+                    exit_gracefully, warn)  # fmt: skip
+        clock.start()
+        return clock
+
+    # -- the landing thread's controls -----------------------------------------------
+
+    def start(self) -> None:
+        self.watch.start()
+
+    def request(self, why: str) -> None:
+        """Land now (a signal handler may call this: it only sets an event)."""
+        self.watch.request(why)
+
+    @property
+    def landed_for(self) -> str | None:
+        """Why the run landed, once it did."""
+        return self.watch.landed_for
+
+    def close(self) -> None:
+        self.watch.close()
+
     # -- Snakemake's scheduling thread, every job ----------------------------------------
 
     def check(self, job: Any, key: str) -> tuple[str | None, float | None]:
@@ -155,18 +215,24 @@ class AllocationClock:
         self.too_long += 1
         return refusal_message(job_label(job), expected, now, clock), expected.seconds
 
-    def not_started(self, keys: Iterable[str]) -> None:
+    # -- a listener of the run's jobs (.listeners.JobListener) -------------------------
+
+    def handed_over(self, records: Sequence[JobRecord]) -> None:
+        return None
+
+    def refused(self, keys: Sequence[str]) -> None:
         """Jobs Snakemake handed over after the landing began: quiet, counted."""
         if self.watch.landed_for is None:
             return
-        keys = list(keys)
         self._registry.quiet(keys)
         self.refused_at_landing += len(keys)
 
-    def learn(self, rule: str, seconds: float | None) -> None:
-        self.succeeded += 1
-        if seconds is not None:
-            self.durations.add(rule, seconds)
+    def ended(self, record: JobRecord, finished: Finished) -> None:
+        """What a job that succeeded took, for its rule's expected duration."""
+        if finished.ok:
+            self.succeeded += 1
+            if finished.seconds is not None:
+                self.durations.add(record.job.name, finished.seconds)
 
     # -- the landing thread ----------------------------------------------------------
 
@@ -178,16 +244,16 @@ class AllocationClock:
         )
         running = []
         for key in keys:
-            info = self._registry.get(key)
-            aux = (info.aux or {}) if info is not None else {}
-            running.append(Running(key, aux.get("since", now), aux.get("expected")))
+            record = self._registry.get(key)
+            if record is not None:
+                running.append(Running(key, record.handed_over, record.expected))
         # Without a known end (SIGUSR1 only), nothing is known to finish in time.
         stop = to_stop_at_landing(running, clock) if clock else [job.key for job in running]
         self._registry.quiet(stop)
         self.stopped += len(stop)
         stopped = ""
         if stop:
-            jobs = [info.job for key in stop if (info := self._registry.get(key)) is not None]
+            jobs = [record.job for record in self._registry.records(stop)]
             stopped = f" ({counts_by_rule(jobs)}; Snakemake removes what they wrote)"
         self._warn(
             f"{why}{ends}: landing. No job starts any more; {len(keys) - len(stop)} running "

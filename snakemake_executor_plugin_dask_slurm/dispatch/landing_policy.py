@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import math
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,38 @@ class AllocationEnd:
     @property
     def hard_stop(self) -> float:
         return self.end - self.margin / 2
+
+
+def scaled_margins(end: float, now: float, landing: float, runtime: float) -> tuple[float, float]:
+    """The landing margin and the runtime margin for an allocation ending at ``end``: as set
+    (--dask-slurm-landing-margin, --dask-slurm-runtime-margin), except that a short
+    allocation scales both down, the landing margin to at most a quarter of the time left,
+    so that it still does work."""
+    margin = min(landing, max(0.0, end - now) / 4)
+    return margin, runtime * margin / landing
+
+
+def clock_line(job_id: str, end: AllocationEnd | None, now: float, landing: float) -> str:
+    """The start-up line: when the allocation ends and when the run lands (``landing``:
+    --dask-slurm-landing-margin), or that SLURM told no end."""
+    if end is None:
+        return (
+            f"allocation {job_id} has no time limit SLURM could tell: no landing point; "
+            "SIGUSR1 (e.g. sbatch --signal=USR1@120) lands the run"
+        )
+    shortened = (
+        f" (a quarter of the time left, less than --dask-slurm-landing-margin "
+        f"{landing:g}; --dask-slurm-runtime-margin scaled alike)"
+        if end.margin < landing
+        else ""
+    )
+    return (
+        f"allocation {job_id} ends in {duration_text(end.end - now)}, at "
+        f"{time.strftime('%H:%M:%S', time.localtime(end.end))} on every node (from "
+        f"{end.source}): the run lands {duration_text(end.margin)} before, at "
+        f"{time.strftime('%H:%M:%S', time.localtime(end.landing_at))}{shortened}, and "
+        "a job starts only if it can finish by then; SIGUSR1 lands it at once"
+    )
 
 
 def fits(expected: float | None, now: float, landing_at: float, safety: float) -> bool:

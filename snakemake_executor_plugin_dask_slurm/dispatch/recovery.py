@@ -2,17 +2,18 @@
 
 A worker can die under its jobs (SIGKILL, the kernel's out-of-memory killer, its node
 lost). Dask then fails its tasks at once (the plugin's scheduler never re-runs them on
-its own, see :mod:`.scheduler_preload`), but the jobs' processes may still be writing
+its own, see :mod:`..worker.scheduler_preload`), but the jobs' processes may still be writing
 their outputs: reporting the failure then would let Snakemake remove the outputs and the
 orphans write them back, and running the job again would run two copies at once.
 
 So each lost job waits here until its processes are known to be gone: the worker's
-supervisor kills them and writes a record (:mod:`.supervisor`), which this thread looks
-for. If no record comes within ``CONFIRM_TIMEOUT`` (the supervisor died too, or the node
-is unreachable), the cluster source is asked to end them another way (:meth:`sweep`, an
-srun step on the node, or a search of this machine in local mode). Only then is the
-executor told (``on_gone``), with how the processes were ended, or that they could not
-be; the executor decides to run the job again or fail it.
+supervisor kills them and writes a record (:mod:`..worker.supervisor`), which this thread
+looks for. If no record comes within ``CONFIRM_TIMEOUT`` (the supervisor died too, or the
+node is unreachable), the cluster source is asked to end them another way
+(:meth:`..clusters.base.ClusterSource.sweep`: an srun step on the node, or a search of
+this machine in local mode). Only then is the run told (``on_gone``), with how the
+processes were ended, or that they could not be; :func:`decide` says whether the job runs
+again or fails.
 
 Runs on a thread of its own: nothing here may block Snakemake's status loop.
 """
@@ -50,10 +51,6 @@ class Gone:
     @property
     def worker_exit(self) -> str:
         return str(self.record.get("exit") or "died")
-
-    @property
-    def killed_by_sigkill(self) -> bool:
-        return self.record.get("signal") == 9
 
 
 @dataclass

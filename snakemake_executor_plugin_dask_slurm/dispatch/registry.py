@@ -4,13 +4,18 @@ stopping: the one place a job is registered, handed over, stopped or forgotten.
 Every change happens under one lock, so that a stop's snapshot of the registered jobs can
 never miss a job being handed over at that moment (Snakemake's scheduling thread submits
 while a SIGTERM watcher, the status thread or the recovery thread stop or fail jobs).
+
+Each registered job is a :class:`JobRecord`: Snakemake's record of it, its task, its Dask
+request, how it runs, when it was handed over, and what happened to it so far (reruns,
+the workers that died under it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
@@ -19,10 +24,78 @@ from ..report.messages import job_label
 from ..worker.wire import TaskSpec
 from .dispatcher import SubmitFailed
 
-#: A job ready to hand over: Snakemake's record of it, its task, its Dask request.
-Entry = tuple[SubmittedJobInfo, TaskSpec, dict[str, float]]
+
+@dataclass(slots=True)
+class JobRecord:
+    """One job as the plugin knows it while Dask has it."""
+
+    info: SubmittedJobInfo
+    spec: TaskSpec
+    #: The Dask resources it asked for.
+    request: dict[str, float]
+    #: "direct" (its shell command on the worker) or "general" (Snakemake's job command).
+    way: str
+    #: When it was handed over (``time.time()``).
+    handed_over: float = 0.0
+    #: How long it is expected to run (the allocation's clock), None: unknown.
+    expected: float | None = None
+    #: How often it was run again (a worker died under it) and where it was running then.
+    reruns: int = 0
+    lost_on: list[str] = field(default_factory=list)
+    #: Its first task key and log, from which a rerun's are named.
+    first_key: str = ""
+    first_log: str = ""
+
+    def __post_init__(self) -> None:
+        self.first_key = self.first_key or self.spec.key
+        self.first_log = self.first_log or self.spec.log_path
+
+    @property
+    def job(self) -> Any:
+        return self.info.job
+
+    @property
+    def key(self) -> str:
+        return self.spec.key
+
+    @property
+    def log(self) -> str:
+        return self.spec.log_path
+
+    def next_run(self) -> TaskSpec:
+        """The task that runs the job again: ``<first key>-rN``, ``<first log>.rerunN.log``."""
+        n = self.reruns + 1
+        stem = self.first_log.removesuffix(".log")
+        return dataclasses.replace(
+            self.spec, key=f"{self.first_key}-r{n}", log_path=f"{stem}.rerun{n}.log"
+        )
+
+
 #: A job that did not reach Dask, with the sentence saying why.
 Refusal = tuple[SubmittedJobInfo, str]
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """:meth:`JobRegistry.replace`: the job runs again under its new key."""
+
+
+@dataclass(frozen=True)
+class NotRerun:
+    """:meth:`JobRegistry.replace`: the run stops (``reason``), or the job was forgotten
+    meanwhile (``reason`` empty: a cancel reports it)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotTaken:
+    """:meth:`JobRegistry.replace`: Dask did not take it (unregistered, to be failed)."""
+
+    refusals: list[Refusal]
+
+
+Replaced = HandedOver | NotRerun | NotTaken
 
 
 @dataclass
@@ -33,7 +106,7 @@ class JobRegistry:
     logs: str = ""
 
     def __post_init__(self) -> None:
-        self._jobs: dict[str, SubmittedJobInfo] = {}
+        self._jobs: dict[str, JobRecord] = {}
         self._lock = threading.Lock()
         self.stop_reason: str | None = None
         #: Set when the cluster broke: every job still registered then fails at once,
@@ -41,19 +114,20 @@ class JobRegistry:
         self.fatal: str | None = None
         self._quiet: set[str] = set()
 
-    def get(self, key: str) -> SubmittedJobInfo | None:
+    def get(self, key: str) -> JobRecord | None:
         return self._jobs.get(key)
 
-    def pop(self, key: str) -> SubmittedJobInfo | None:
+    def pop(self, key: str) -> JobRecord | None:
         with self._lock:
             return self._jobs.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._jobs)
 
     def keys(self) -> list[str]:
         with self._lock:
             return list(self._jobs)
+
+    def records(self, keys: Sequence[str]) -> list[JobRecord]:
+        """The records of those of ``keys`` still registered."""
+        return [record for key in keys if (record := self._jobs.get(key)) is not None]
 
     def quiet(self, keys: Sequence[str]) -> None:
         """These jobs' failures print nothing: one message explained them all."""
@@ -66,25 +140,25 @@ class JobRegistry:
 
     def hand_over(
         self,
-        entries: Sequence[Entry],
+        records: Sequence[JobRecord],
         announce: Callable[[SubmittedJobInfo], None],
         submit: Callable[[list[tuple[TaskSpec, dict[str, float]]]], None],
     ) -> tuple[list[Refusal], list[Refusal]]:
-        """Register, announce (Snakemake's submit callback) and submit ``entries``. Returns
+        """Register, announce (Snakemake's submit callback) and submit ``records``. Returns
         the jobs refused because the run stops (not announced), and those Dask did not take
         (its client lost the scheduler; announced, then unregistered), with the reasons."""
         refused: list[Refusal] = []
         lost: list[Refusal] = []
         tasks = []
         with self._lock:
-            for info, spec, request in entries:
+            for record in records:
                 if self.stop_reason:
-                    refused.append((info, f"{job_label(info.job)} was not started: "
-                                          f"{self.stop_reason}\n"))  # fmt: skip
+                    refused.append((record.info, f"{job_label(record.job)} was not started: "
+                                                 f"{self.stop_reason}\n"))  # fmt: skip
                     continue
-                self._jobs[spec.key] = info
-                announce(info)
-                tasks.append((spec, request))
+                self._jobs[record.key] = record
+                announce(record.info)
+                tasks.append((record.spec, record.request))
             if tasks:
                 try:
                     submit(tasks)
@@ -99,31 +173,30 @@ class JobRegistry:
         )
         lost = []
         for key in failed.keys:
-            info = self._jobs.pop(key, None)
-            if info is not None:
-                lost.append((info, f"{job_label(info.job)} {reason}\n"))
+            record = self._jobs.pop(key, None)
+            if record is not None:
+                lost.append((record.info, f"{job_label(record.job)} {reason}\n"))
         return lost
 
     def replace(
         self,
-        old_key: str,
-        info: SubmittedJobInfo,
+        record: JobRecord,
         spec: TaskSpec,
-        request: dict[str, float],
         submit: Callable[[list[tuple[TaskSpec, dict[str, float]]]], None],
-    ) -> list[Refusal] | str | None:
-        """Run a registered job again under ``spec.key``: None when handed over, the
-        stop reason when the run stops ("" when the job was forgotten meanwhile), or
-        the refusals when Dask did not take it."""
+    ) -> Replaced:
+        """Run a registered job again as ``spec`` (its next run, see
+        :meth:`JobRecord.next_run`), under ``spec.key``."""
         with self._lock:
-            if self.stop_reason or self._jobs.pop(old_key, None) is None:
-                return self.stop_reason or ""
-            self._jobs[spec.key] = info
+            if self.stop_reason or self._jobs.pop(record.key, None) is None:
+                return NotRerun(self.stop_reason or "")
+            record.spec = spec
+            record.reruns += 1
+            self._jobs[spec.key] = record
             try:
-                submit([(spec, request)])
+                submit([(spec, record.request)])
             except SubmitFailed as e:
-                return self._lost(e)
-        return None
+                return NotTaken(self._lost(e))
+        return HandedOver()
 
     def begin_stop(self, reason: str) -> list[str]:
         """Refuse new jobs from now on; the keys of every job registered until now."""
@@ -140,7 +213,7 @@ class JobRegistry:
             self.stop_reason = self.stop_reason or reason
             return True
 
-    def take_all(self, reason: str, quiet: bool = False) -> dict[str, SubmittedJobInfo]:
+    def take_all(self, reason: str, quiet: bool = False) -> dict[str, JobRecord]:
         """Forget every registered job (they are about to be failed or cancelled); with
         ``quiet`` their failures print nothing more (one message said it all)."""
         with self._lock:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 
 def speed_hint(
     scheduler: str,
@@ -28,6 +31,16 @@ def speed_hint(
         "left to the plugin, these suit a farm of short jobs (see the plugin's "
         'docs/further.md, "Fast thin jobs")'
     )
+
+
+def run_speed_hint(
+    rate: tuple[int, float] | None, scheduler: str, subsample: int | None, nodes: Any, cpus: int
+) -> str | None:
+    """:func:`speed_hint` from what Snakemake runs with: its job-rate limit ``rate`` (jobs,
+    seconds), job selector and subsample, and ``--jobs`` (``nodes``, sys.maxsize: none)."""
+    per_second = rate[0] / rate[1] if rate and rate[1] else None
+    jobs = nodes if isinstance(nodes, int) and nodes < sys.maxsize else None
+    return speed_hint(scheduler, jobs, per_second, cpus, subsample)
 
 
 def dashboard_hint(

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..dispatch.admission import GPU_RESOURCE_NAMES
-from ..dispatch.outcomes import Finished
 from ..worker.proctree import JOB_MARKER, describe_exit
+from ..worker.wire import TaskOutcome
 
 #: Why a job lost with its worker is not run again, when it took its worker down twice.
 LOST_TWICE = (
@@ -38,13 +36,15 @@ def _short_path(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
-def failure_message(job: Any, finished: Finished, way: str, log_path: str) -> str:
-    """Rule, what happened, the end of the job's output, and where the full log is."""
+def failure_message(
+    job: Any, outcome: TaskOutcome | None, problem: str | None, way: str, log_path: str
+) -> str:
+    """Rule, what happened (``outcome``, or without one the ``problem``), the end of the
+    job's output, and where the full log is."""
     log = _short_path(log_path)
-    outcome = finished.outcome
     label = job_label(job)
     if outcome is None:
-        return f"{label} did not finish: {finished.problem}. Log: {log}\n"
+        return f"{label} did not finish: {problem}. Log: {log}\n"
     if outcome.start_error:
         return f"{label} could not be started on {outcome.host}: {outcome.start_error}. Log: {log}"
     what = describe_exit(outcome.returncode)
@@ -72,27 +72,3 @@ def unconfirmed_verdict(worker: str, key: str) -> str:
         f"again. Before you run the workflow again, look on {worker} for processes whose "
         f"environment holds {JOB_MARKER}={key} and end them."
     )
-
-
-def capped_message(
-    job: Any, asked: Mapping[str, float], capped: Sequence[str], capacity: Any
-) -> str:
-    """Local mode capped what ``job`` asked for (:func:`..dispatch.admission.admit`): which
-    requests, and why that is what Snakemake's local executor would do."""
-    parts = []
-    for resource in capped:
-        if resource in capacity.advertised:
-            has = capacity.largest().get(resource, 0)
-            parts.append(
-                f"{resource}={asked[resource]:g} is more than a local worker has ({has:g}), "
-                "so it gets a whole worker"
-            )
-        else:
-            name = next(
-                (n for n in GPU_RESOURCE_NAMES if job.resources.get(n) == asked[resource]), resource
-            )
-            parts.append(
-                f"{name}={asked[resource]:g} is counted by Snakemake only (limit it with "
-                f"--resources {name}=N): the local workers have no GPUs"
-            )
-    return f"rule {job.name}: {'; '.join(parts)}, as Snakemake's local executor would run it"

@@ -102,10 +102,6 @@ class Allocation:
     this_node: str | None  # SLURMD_NODENAME: unset in an salloc shell on a login node
 
     @property
-    def first_node(self) -> str:
-        return self.nodes[0]
-
-    @property
     def total_cpus(self) -> int:
         return sum(self.cpus)
 

@@ -62,7 +62,7 @@ def sweep_step_command(
     node: str, python: str, keys: Sequence[str], srun: str, job_id: str | None = None
 ) -> list[str]:
     """One task on ``node`` that ends every process of the jobs ``keys`` still running
-    there (see :func:`.supervisor.sweep`): for a worker that died with its supervisor.
+    there (see :func:`..worker.supervisor.sweep`): for a worker that died with its supervisor.
     ``job_id``: a step of that job (a worker job's node), not of this allocation."""
     return [
         srun,

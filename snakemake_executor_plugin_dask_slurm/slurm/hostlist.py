@@ -1,6 +1,6 @@
 """SLURM's compressed lists: node lists (``n[1-3,7]``) and CPU counts (``40(x2),96``).
 
-Pure, table-tested (tests/unit/test_slurm_env.py), including the invalid inputs.
+Pure, table-tested (tests/unit/test_hostlist.py), including the invalid inputs.
 """
 
 from __future__ import annotations

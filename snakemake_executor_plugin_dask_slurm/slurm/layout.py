@@ -1,6 +1,6 @@
 """Plan how many Dask workers run on each allocated node, grouped into srun steps.
 
-Pure: takes an :class:`~.slurm_env.Allocation` and a worker count, returns a frozen plan.
+Pure: takes an :class:`~.allocation.Allocation` and a worker count, returns a frozen plan.
 
 One srun step asks every node in it for the same ``--cpus-per-task``, and SLURM refuses a
 step that asks a node for more CPUs than the job holds there, so nodes of different sizes

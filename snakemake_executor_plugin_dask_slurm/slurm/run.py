@@ -18,10 +18,14 @@ from dataclasses import dataclass
 
 from ..errors import DaskSlurmError
 from .allocation import Allocation, parse_node_memory, read_allocation, with_node_memory
+from .argv import sweep_step_command
 from .states import GONE, parse_job_state
 from .walltime import time_left
 
 logger = logging.getLogger(__name__)
+
+#: Seconds for the srun step that ends a lost worker's jobs when its supervisor is gone.
+SWEEP_TIMEOUT = 30.0
 
 
 class SlurmCommandError(DaskSlurmError):
@@ -78,6 +82,23 @@ def ask(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]
         return None
 
 
+class Slurm:
+    """:func:`run` and :func:`ask` as an object, for code that can take a test's scripted
+    SLURM instead (see tests/slurm_script.py)."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> str:
+        return run(argv, timeout, env=env, cwd=cwd)
+
+    def ask(self, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+        return ask(argv, timeout)
+
+
 @dataclass(frozen=True)
 class SlurmCommands:
     """Paths of the SLURM commands the plugin runs; scontrol is optional."""
@@ -86,19 +107,35 @@ class SlurmCommands:
     scontrol: str | None  # None: the node list is expanded by the plugin itself
 
 
+def find_commands(names: Sequence[str], why: str, path: str | None = None) -> dict[str, str]:
+    """Where each of SLURM's commands ``names`` is on ``path`` (default: PATH); a
+    :class:`SlurmCommandError` naming every one missing, and ``why`` the plugin needs it."""
+    found = {name: shutil.which(name, path=path) for name in names}
+    missing = [name for name, where in found.items() if where is None]
+    if missing:
+        raise SlurmCommandError(
+            [", ".join(missing)],
+            "is not on PATH" if len(missing) == 1 else "are not on PATH",
+            "",
+            f"{why} Make SLURM's commands available (often 'module load slurm').",
+        )
+    return {name: str(where) for name, where in found.items()}
+
+
+def optional_command(name: str, path: str | None = None) -> str | None:
+    """Where SLURM's ``name`` is, for a command the plugin can do without (scontrol)."""
+    return shutil.which(name, path=path)
+
+
 def find_slurm_commands(path: str | None = None) -> SlurmCommands:
     """Find ``srun`` (required) and ``scontrol`` (optional) on ``path`` (default: PATH)."""
-    srun = shutil.which("srun", path=path)
-    if srun is None:
-        raise SlurmCommandError(
-            ["srun"],
-            "is not on PATH",
-            "",
-            "The plugin starts the Dask workers on the allocated nodes with srun. Make "
-            "SLURM's commands available (often 'module load slurm'), or use "
-            "--dask-slurm-cluster local to run on this machine only.",
-        )
-    return SlurmCommands(srun=srun, scontrol=shutil.which("scontrol", path=path))
+    srun = find_commands(
+        ["srun"],
+        "The plugin starts the Dask workers on the allocated nodes with srun. Or use "
+        "--dask-slurm-cluster local to run on this machine only.",
+        path,
+    )["srun"]
+    return SlurmCommands(srun=srun, scontrol=optional_command("scontrol", path))
 
 
 def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str] | None:
@@ -182,3 +219,30 @@ def read_granted_allocation(
     if alloc.mem_mb is None and scontrol:
         alloc = with_node_memory(alloc, scontrol_node_memory(scontrol, alloc.nodes, timeout))
     return alloc
+
+
+def node_of_worker(worker: str, nodes: Sequence[str]) -> str | None:
+    """The node a worker named ``n3``, ``n3-1`` (several a node) or ``j12-n3`` (a worker
+    job's) runs on, if it is one of ``nodes``."""
+    if worker.startswith("j") and worker[1:].partition("-")[0].isdigit():
+        worker = worker.partition("-")[2]
+    if worker in nodes:
+        return worker
+    base = worker.rpartition("-")[0]
+    return base if base in nodes else None
+
+
+def sweep_node(
+    slurm: Slurm, srun: str, python: str, node: str, keys: Sequence[str], job_id: str | None = None
+) -> str | None:
+    """End every process of the jobs ``keys`` left on ``node``, with a one-task srun step
+    (in the allocation this process runs in, or in ``job_id``): what was done, or None if
+    the step failed (logged)."""
+    argv = sweep_step_command(node, python, keys, srun, job_id)
+    try:
+        said = slurm.run(argv, SWEEP_TIMEOUT)
+    except SlurmCommandError as e:
+        logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
+        return None
+    where = f"in worker job {job_id} on {node}" if job_id else f"on {node}"
+    return f"an srun step {where} ended them ({said.strip()})"

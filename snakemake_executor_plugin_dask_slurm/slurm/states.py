@@ -2,10 +2,40 @@
 
 from __future__ import annotations
 
+import enum
 import re
 
 #: The state :func:`allocation_ended` is given for a job SLURM no longer knows (purged).
 GONE = "GONE"
+
+
+class Phase(enum.Enum):
+    """Where a SLURM job is in its life, as the plugin acts on it."""
+
+    #: Queued, or being set up: its workers are still to come.
+    PENDING = "pending"
+    #: Started and not over (running, suspended, completing, being signalled).
+    STARTED = "started"
+    #: Over (completed, failed, cancelled, timed out, ...; or no longer listed).
+    ENDED = "ended"
+
+
+#: SLURM's job states (squeue's %T) by phase; any other state is an end.
+PENDING_STATES = frozenset(
+    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"}
+)
+STARTED_STATES = frozenset({"RUNNING", "SUSPENDED", "STOPPED", "COMPLETING", "SIGNALING"})
+
+
+def phase(state: str) -> Phase:
+    """The phase of a job in ``state`` (squeue's word; ``GONE``: no longer listed)."""
+    if state in PENDING_STATES:
+        return Phase.PENDING
+    if state in STARTED_STATES:
+        return Phase.STARTED
+    return Phase.ENDED
+
+
 #: What a job state other than RUNNING means for the workers, in a user's words.
 _ENDED_STATES = {
     "CANCELLED": "it was cancelled (scancel, or by an administrator)",

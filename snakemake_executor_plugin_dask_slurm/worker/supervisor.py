@@ -5,7 +5,7 @@ small supervisor, in place of Dask's nanny. It
 
 - names the worker (``--name``, or after the SLURM node it runs on, with the task's local
   index when a node runs several workers) and starts it without the srun step's own
-  SLURM variables (see :func:`.slurm_env.job_environment`), so that a rule's own
+  SLURM variables (see :func:`.environment.job_environment`), so that a rule's own
   ``srun`` sees the allocation;
 - is a *child subreaper*: when the worker dies, even by SIGKILL or the kernel's
   out-of-memory killer, every process its jobs left running (including daemons that
@@ -107,7 +107,7 @@ def record_path(record_dir: Path, name: str, pid: int) -> Path:
 
 
 def running_path(record_dir: Path, name: str, pid: int) -> Path:
-    """Where a closing worker notes the jobs it still ran (see worker_task.dask_teardown)."""
+    """Where a closing worker notes the jobs it still ran (see :func:`.task.dask_teardown`)."""
     return record_dir / f"{name}-{pid}.running"
 
 

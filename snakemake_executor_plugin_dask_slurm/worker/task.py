@@ -137,7 +137,7 @@ def run_and_report(spec: TaskSpec) -> None:
     """The Dask task of one job: run it, then report how it ended as a Dask event.
 
     Never raises and returns nothing: the plugin holds no task result (see
-    :mod:`.dispatch`), so the outcome travels in the event, which the worker sends
+    :mod:`..dispatch.dispatcher`), so the outcome travels in the event, which the worker sends
     before Dask learns that the task finished.
     """
     msg: dict[str, Any]

@@ -4,32 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client
 from distributed.client import ClosedClientError
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
 from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with (
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=4,
-            processes=False,
-            resources={"cpus": 4},
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as c,
-    ):
-        yield c
+from tests.waiting import eventually
 
 
 def spec(tmp_path: Path, key: str, script: str) -> TaskSpec:
@@ -40,20 +25,22 @@ def spec(tmp_path: Path, key: str, script: str) -> TaskSpec:
 
 def wait_for(dispatcher: Dispatcher, count: int, woken: threading.Event) -> list[Finished]:
     results: list[Finished] = []
-    deadline = time.monotonic() + 30
-    while len(results) < count:
-        assert time.monotonic() < deadline, results
+
+    def drained() -> bool:
         woken.wait(1)
         woken.clear()
-        results += dispatcher.drain()
+        results.extend(dispatcher.drain())
+        return len(results) >= count
+
+    eventually(f"{count} tasks finished", drained, 30, interval=0)
     return sorted(results, key=lambda f: f.key)
 
 
 def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
     woken = threading.Event()
     dispatcher = Dispatcher(client, woken.set)
-    dispatcher.submit(spec(tmp_path, "ok-1", "echo fine"), {"cpus": 1})
-    dispatcher.submit(spec(tmp_path, "bad-1", "echo oops; exit 5"), {"cpus": 1})
+    dispatcher.submit_many([(spec(tmp_path, "ok-1", "echo fine"), {"cpus": 1})])
+    dispatcher.submit_many([(spec(tmp_path, "bad-1", "echo oops; exit 5"), {"cpus": 1})])
     ok, bad = sorted(wait_for(dispatcher, 2, woken), key=lambda f: f.key != "ok-1")
     assert ok == Finished("ok-1", True, seconds=ok.seconds)
     assert ok.seconds is not None and 0 <= ok.seconds < 10  # how long it ran, for walltime
@@ -73,11 +60,11 @@ def restrictions(client: Client, keys: set[str]) -> dict[str, dict[str, float]]:
             if str(key) in keys
         }
 
-    deadline = time.monotonic() + 30
-    while len(found := client.run_on_scheduler(read)) < len(keys):
-        assert time.monotonic() < deadline, found
-        time.sleep(0.02)
-    return found
+    def all_there() -> dict[str, dict[str, float]] | None:
+        found = client.run_on_scheduler(read)
+        return found if len(found) >= len(keys) else None
+
+    return eventually("every task on the scheduler", all_there, 30, interval=0.02)
 
 
 class RefusesSecondMap:
@@ -146,11 +133,10 @@ def test_stop_kills_running_and_never_starts_queued_jobs(client: Client, tmp_pat
     dispatcher = Dispatcher(client, woken.set)
     keys = [f"long-{i}" for i in range(6)]  # 4 CPUs: 4 run, 2 wait on the worker
     for key in keys:
-        dispatcher.submit(spec(tmp_path, key, f"touch {key}.started; sleep 60"), {"cpus": 1})
-    deadline = time.monotonic() + 30
-    while len(list(tmp_path.glob("*.started"))) < 4:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+        dispatcher.submit_many(
+            [(spec(tmp_path, key, f"touch {key}.started; sleep 60"), {"cpus": 1})]
+        )
+    eventually("4 jobs started", lambda: len(list(tmp_path.glob("*.started"))) >= 4, 30)
     started = time.monotonic()
     dispatcher.stop(keys)
     results = wait_for(dispatcher, 6, woken)
@@ -174,7 +160,7 @@ def test_stop_does_not_wait_for_tasks_no_worker_can_run(client: Client, tmp_path
     dispatcher = Dispatcher(client, woken.set)
     keys = [f"stranded-{i}" for i in range(3)]
     for key in keys:  # no worker has a GPU: they wait for one forever
-        dispatcher.submit(spec(tmp_path, key, f"touch {key}.started"), {"gpus": 1})
+        dispatcher.submit_many([(spec(tmp_path, key, f"touch {key}.started"), {"gpus": 1})])
     started = time.monotonic()
     dispatcher.stop(keys)
     results = wait_for(dispatcher, 3, woken)

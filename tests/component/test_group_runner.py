@@ -13,6 +13,7 @@ import pytest
 from snakemake.shell import shell
 
 from snakemake_executor_plugin_dask_slurm.dispatch import group_runner
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -60,10 +61,7 @@ def test_a_running_job_is_killed_as_before_and_others_run(patched_shell: type) -
     errors: list[BaseException] = []
     thread = threading.Thread(target=lambda: errors.extend(run_as_job(3, "sleep 60")))
     thread.start()
-    deadline = time.monotonic() + 10
-    while 3 not in patched_shell._processes:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually("job 3's shell started", lambda: 3 in patched_shell._processes, 10, 0.02)
     patched_shell.kill(3)
     thread.join(10)
     assert errors and errors[0].returncode == -9

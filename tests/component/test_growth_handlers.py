@@ -6,13 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from snakemake_executor_plugin_dask_slurm.worker.scheduler_preload import (
     LOAD_HANDLER,
     RETIRE_IDLE_HANDLER,
     dask_setup,
 )
+from tests.component.conftest import in_process_dask
+from tests.waiting import eventually
 
 
 def nap(seconds: float) -> float:
@@ -26,36 +28,25 @@ def call(client: Client, handler: str, **kwargs: Any) -> Any:
 
 
 def test_load_and_idle_retirement() -> None:
-    with (
-        LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=False,
-            resources={"cpus": 1},
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with in_process_dask(n_workers=2, threads=1) as (_, client):
         client.run_on_scheduler(lambda dask_scheduler: dask_setup(dask_scheduler))
         assert call(client, LOAD_HANDLER) == {"waiting_cpus": 0.0, "workers": {"0": 0, "1": 0}}
         futures = client.map(nap, [2.0, 2.0, 2.0], resources={"cpus": 1}, pure=False)
-        deadline = time.monotonic() + 20
-        while sum((load := call(client, LOAD_HANDLER))["workers"].values()) < 3:
-            assert time.monotonic() < deadline, load
-            time.sleep(0.05)
+
+        def held_three() -> dict[str, Any]:
+            load: dict[str, Any] = call(client, LOAD_HANDLER)
+            return load if sum(load["workers"].values()) >= 3 else {}
+
+        load = eventually("three tasks held", held_three, 20)
         # Three one-CPU tasks on two one-CPU workers: one waits.
         assert load["waiting_cpus"] == 1.0, load
         # Busy workers are not retired.
         assert call(client, RETIRE_IDLE_HANDLER, names=["0", "1"]) == []
         assert client.gather(futures) == [2.0, 2.0, 2.0]
-        while any(call(client, LOAD_HANDLER)["workers"].values()):
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        eventually("idle", lambda: not any(call(client, LOAD_HANDLER)["workers"].values()), 20)
         # An idle one is, and only the one named.
         assert call(client, RETIRE_IDLE_HANDLER, names=["0"]) == ["0"]
-        while len(client.scheduler_info()["workers"]) > 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        eventually("one worker left", lambda: len(client.scheduler_info()["workers"]) == 1, 20)
         names = [w["name"] for w in client.scheduler_info()["workers"].values()]
         assert names == [1], names
         assert client.submit(nap, 0.0, resources={"cpus": 1}).result(timeout=10) == 0.0
@@ -76,14 +67,7 @@ def test_a_joining_worker_gets_work_at_once() -> None:
 
     with (
         dask.config.set({"distributed.scheduler.work-stealing-interval": "10s"}),
-        LocalCluster(
-            n_workers=1,
-            threads_per_worker=2,
-            processes=False,
-            resources={"cpus": 2},
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as client,
+        in_process_dask(threads=2) as (cluster, client),
     ):
         client.run_on_scheduler(lambda dask_scheduler: dask_setup(dask_scheduler))
         futures = client.map(started_on, [0.5] * 40, resources={"cpus": 1}, pure=False)

@@ -12,7 +12,8 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock
 from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
-from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
+from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRecord, JobRegistry
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 from tests.fakes import FakeJob
 
@@ -39,9 +40,14 @@ class Recorder:
 
 def register(registry: JobRegistry, key: str, since: float, expected: float | None) -> None:
     info = SubmittedJobInfo(FakeJob(name=key.split("-")[0]), external_jobid=key)
-    info.aux = {"since": since, "expected": expected}
     spec = TaskSpec(key, ("true",), "/", (), "/dev/null", None)
-    registry.hand_over([(info, spec, {"cpus": 1})], lambda i: None, lambda tasks: None)
+    record = JobRecord(info, spec, {"cpus": 1}, "direct", since, expected)
+    registry.hand_over([record], lambda i: None, lambda tasks: None)
+
+
+def record_of(rule: str) -> JobRecord:
+    info = SubmittedJobInfo(FakeJob(name=rule), external_jobid=f"{rule}-1")
+    return JobRecord(info, TaskSpec(f"{rule}-1", (), "/", (), "/dev/null", None), {}, "direct")
 
 
 def make(clock: AllocationEnd | None, registry: JobRegistry, rec: Recorder) -> AllocationClock:
@@ -60,11 +66,11 @@ def test_it_lands_at_the_landing_point_and_stops_the_rest_at_the_hard_stop() -> 
     register(registry, "unknown-1", start, None)
     register(registry, "long-1", start, 60.0)
     watch = make(clock, registry, rec)
-    watch.watch.start()
+    watch.start()
     try:
         assert rec.done.wait(10), rec.stopped
     finally:
-        watch.watch.close()
+        watch.close()
     (landed, first), (hard, rest) = rec.stopped
     assert first == ["long-1", "unknown-1"] and 0.9 < landed - start < 1.5
     assert rec.exits and abs(rec.exits[0] - landed) < 0.5  # Snakemake told to end
@@ -84,18 +90,18 @@ def test_sigusr1_lands_at_once_even_without_a_known_end() -> None:
     registry, rec = JobRegistry(), Recorder()
     register(registry, "a-1", time.time(), 5.0)
     watch = make(None, registry, rec)
-    watch.watch.start()
+    watch.start()
     try:
         asked = time.time()
-        watch.watch.request("SIGUSR1 received")
+        watch.request("SIGUSR1 received")
         deadline = time.time() + 5
         while not rec.stopped and time.time() < deadline:
             time.sleep(0.01)
     finally:
-        watch.watch.close()
+        watch.close()
     when, keys = rec.stopped[0]
     assert keys == ["a-1"] and when - asked < 0.5  # no known end: nothing finishes in time
-    assert watch.watch.landed_for == "SIGUSR1 received"
+    assert watch.landed_for == "SIGUSR1 received"
 
 
 def test_jobs_that_cannot_finish_are_refused_the_first_of_a_rule_loudly() -> None:
@@ -112,7 +118,7 @@ def test_jobs_that_cannot_finish_are_refused_the_first_of_a_rule_loudly() -> Non
     assert watch.check(FakeJob(name="small", resources={"runtime": 1}), "small-1") == (None, 60.0)
     assert watch.check(FakeJob(name="new"), "new-1") == (None, None)  # unknown: may start
     for _ in range(3):
-        watch.learn("slow", 500.0)
+        watch.ended(record_of("slow"), Finished("k", True, seconds=500.0))
     why, expected = watch.check(FakeJob(name="slow"), "slow-1")
     assert expected == 500.0 and why and "90% percentile of 3 earlier jobs" in why
     summary = watch.summary("cmd")

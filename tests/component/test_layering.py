@@ -7,6 +7,9 @@
   preload's timer).
 - ``slurm/`` is SLURM knowledge: it never imports the cluster lifecycle, dispatch, the
   reports or the executor.
+- ``clusters/`` and ``dispatch/`` never import each other: only the executor, the glue,
+  imports both; nothing imports the executor.
+- ``report/`` (what the user is told) imports neither ``clusters/`` nor ``dispatch/``.
 - Only named modules start processes (import ``subprocess``).
 - Importing a worker-side module imports neither Snakemake nor the rest of the plugin.
 """
@@ -80,6 +83,12 @@ def test_imports_point_the_right_way(path: Path) -> None:
             assert inside not in ("clusters", "dispatch", "report", "executor"), (
                 f"slurm/{path.name} imports {module}"
             )
+        if where == "clusters" and root == NAME:
+            assert inside not in ("dispatch", "executor"), f"{path} imports {module}"
+        if where in ("dispatch", "report") and root == NAME:
+            assert inside not in ("clusters", "executor"), f"{path} imports {module}"
+        if where == "report" and root == NAME:
+            assert inside != "dispatch", f"report/{path.name} imports {module}"
         if root == "subprocess":
             assert str(path.relative_to(PACKAGE)) in SUBPROCESS_USERS, (
                 f"{path.relative_to(PACKAGE)} imports subprocess"

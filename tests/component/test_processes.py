@@ -20,6 +20,7 @@ from snakemake_executor_plugin_dask_slurm.clusters.process import (
     wait_for_scheduler_file,
 )
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
+from tests.waiting import eventually
 
 
 def python(tmp_path: Path, code: str, name: str = "test process") -> ManagedProcess:
@@ -49,10 +50,7 @@ def test_close_kills_a_process_that_ignores_sigterm_and_its_children(tmp_path: P
     )
     proc = python(tmp_path, code)
     proc.start()
-    deadline = time.monotonic() + 10
-    while "ready" not in proc.tail():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually("ready", lambda: "ready" in proc.tail(), 10, interval=0.02)
     started = time.monotonic()
     proc.close(timeout=0.5)
     assert time.monotonic() - started < 5
@@ -136,17 +134,12 @@ def test_close_ends_the_session_even_after_its_leader_was_killed(tmp_path: Path)
     )
     proc = python(tmp_path, code)
     proc.start()
-    deadline = time.monotonic() + 10
-    while not marker.exists() or not marker.read_text():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually("the job's pid", lambda: marker.exists() and marker.read_text(), 10, 0.02)
     job = int(marker.read_text())
     assert proc.proc is not None
     os.kill(proc.proc.pid, signal.SIGKILL)
     proc.proc.wait(5)
     assert job in session_members(proc.proc.pid)
     proc.close(timeout=1)
-    deadline = time.monotonic() + 5
-    while job in session_members(proc.proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert job not in session_members(proc.proc.pid)
+    pid = proc.proc.pid
+    eventually("the job ended with its session", lambda: job not in session_members(pid), 5)

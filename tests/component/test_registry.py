@@ -7,12 +7,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from distributed import Client, LocalCluster
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
-from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry, counts_by_rule
+from snakemake_executor_plugin_dask_slurm.dispatch.registry import (
+    HandedOver,
+    JobRecord,
+    JobRegistry,
+    NotRerun,
+    NotTaken,
+    counts_by_rule,
+)
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
+from tests.component.conftest import in_process_dask
 from tests.fakes import FakeJob
 
 pytestmark = pytest.mark.component
@@ -22,17 +29,15 @@ def job(jobid: int, rule: str = "thin") -> Any:
     return FakeJob(name=rule, jobid=jobid)
 
 
-def entry(tmp_path: Path, jobid: int, cpus: int) -> tuple[SubmittedJobInfo, TaskSpec, dict]:
+def entry(tmp_path: Path, jobid: int, cpus: int) -> JobRecord:
     key = f"thin-{jobid}"
     spec = TaskSpec(key, ("true",), str(tmp_path), (), str(tmp_path / f"{key}.log"), None)
-    return SubmittedJobInfo(job(jobid), external_jobid=key), spec, {"cpus": cpus}
+    info = SubmittedJobInfo(job(jobid), external_jobid=key)
+    return JobRecord(info, spec, {"cpus": cpus}, "direct")
 
 
 def test_jobs_dask_refuses_are_unregistered_and_failed_with_a_reason(tmp_path: Path) -> None:
-    with LocalCluster(
-        n_workers=1, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
-    ) as cluster:
-        client = Client(cluster)
+    with in_process_dask(threads=1) as (_, client):
         dispatcher = Dispatcher(client, lambda: None)
         client.close()  # what a client that lost its scheduler refuses with
     registry = JobRegistry(logs=str(tmp_path / "logs"))
@@ -44,7 +49,7 @@ def test_jobs_dask_refuses_are_unregistered_and_failed_with_a_reason(tmp_path: P
     )
     assert refused == [] and announced == ["thin-1", "thin-2"]
     assert [info.external_jobid for info, _ in lost] == ["thin-1", "thin-2"]
-    assert len(registry) == 0
+    assert registry.keys() == []
     msg = lost[0][1]
     assert msg.startswith("rule thin (jobid 1, attempt 1) could not be handed to the Dask ")
     assert "(ClosedClientError: " in msg and f"see its log in {tmp_path / 'logs'}" in msg
@@ -68,33 +73,46 @@ def test_take_all_forgets_every_job_and_can_silence_their_failures(tmp_path: Pat
     registry = JobRegistry()
     registry.hand_over([entry(tmp_path, i, 1) for i in (1, 2)], lambda info: None, lambda t: None)
     taken = registry.take_all("cluster broke", quiet=True)
-    assert list(taken) == ["thin-1", "thin-2"] and len(registry) == 0
+    assert list(taken) == ["thin-1", "thin-2"] and registry.keys() == []
     assert registry.is_quiet("thin-1") and not registry.is_quiet("thin-3")
 
 
 def test_replace_runs_a_job_again_under_a_new_key_unless_the_run_stops(tmp_path: Path) -> None:
     registry = JobRegistry()
-    info, spec, request = entry(tmp_path, 1, 1)
-    registry.hand_over([(info, spec, request)], lambda i: None, lambda t: None)
-    again = TaskSpec("thin-1-r1", spec.argv, spec.cwd, (), spec.log_path, None)
+    record = entry(tmp_path, 1, 1)
+    registry.hand_over([record], lambda i: None, lambda t: None)
+    again = record.next_run()
+    assert (again.key, again.log_path) == ("thin-1-r1", str(tmp_path / "thin-1.rerun1.log"))
     sent: list[Any] = []
-    assert registry.replace("thin-1", info, again, request, sent.append) is None
-    assert registry.keys() == ["thin-1-r1"] and sent == [[(again, request)]]
+    assert registry.replace(record, again, sent.append) == HandedOver()
+    assert registry.keys() == ["thin-1-r1"] and sent == [[(again, {"cpus": 1})]]
+    assert record.reruns == 1 and record.next_run().key == "thin-1-r2"
     registry.begin_stop("cancelled")
-    assert registry.replace("thin-1-r1", info, again, request, sent.append) == "cancelled"
+    assert registry.replace(record, record.next_run(), sent.append) == NotRerun("cancelled")
+    assert registry.keys() == ["thin-1-r1"]  # still registered: the caller fails it
+
+
+def test_replace_of_a_forgotten_job_does_nothing(tmp_path: Path) -> None:
+    registry = JobRegistry()
+    record = entry(tmp_path, 1, 1)
+    registry.hand_over([record], lambda i: None, lambda t: None)
+    registry.pop(record.key)
+    sent: list[Any] = []
+    assert registry.replace(record, record.next_run(), sent.append) == NotRerun("")
+    assert sent == [] and registry.keys() == []
 
 
 def test_replace_reports_what_dask_did_not_take(tmp_path: Path) -> None:
     registry = JobRegistry()
-    info, spec, request = entry(tmp_path, 1, 1)
-    registry.hand_over([(info, spec, request)], lambda i: None, lambda t: None)
+    record = entry(tmp_path, 1, 1)
+    registry.hand_over([record], lambda i: None, lambda t: None)
 
     def refuse(tasks: list[Any]) -> None:
         raise SubmitFailed([t[0].key for t in tasks], RuntimeError("gone"))
 
-    again = TaskSpec("thin-1-r1", spec.argv, spec.cwd, (), spec.log_path, None)
-    lost = registry.replace("thin-1", info, again, request, refuse)
-    assert isinstance(lost, list) and lost[0][0] is info and len(registry) == 0
+    lost = registry.replace(record, record.next_run(), refuse)
+    assert isinstance(lost, NotTaken) and lost.refusals[0][0] is record.info
+    assert registry.keys() == []
 
 
 def test_counts_by_rule() -> None:

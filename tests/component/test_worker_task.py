@@ -6,7 +6,6 @@ import os
 import pickle
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from snakemake_executor_plugin_dask_slurm.worker.task import (
     running_tasks,
 )
 from snakemake_executor_plugin_dask_slurm.worker.wire import SYSTEM_TMPDIR, JobFailed, TaskSpec
+from tests.waiting import eventually
 
 
 @pytest.fixture(autouse=True)
@@ -100,18 +100,12 @@ def test_kill_tasks_stops_the_whole_process_group(tmp_path: Path) -> None:
     result: list[worker_task.TaskOutcome] = []
     thread = threading.Thread(target=lambda: result.append(run_outcome(spec(tmp_path, script))))
     thread.start()
-    deadline = time.monotonic() + 10
-    while not marker.exists() or "k1" not in running_tasks():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually("k1 running", lambda: marker.exists() and "k1" in running_tasks(), 10, 0.02)
     grandchild = int(marker.read_text())
     assert kill_tasks(["k1", "other"], grace=0.5) == ["k1"]
     thread.join(10)
     assert result and result[0].returncode == -15
-    deadline = time.monotonic() + 5
-    while _alive(grandchild) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(grandchild)
+    eventually("the grandchild killed", lambda: not _alive(grandchild), 5)
     assert running_tasks() == []
 
 
@@ -136,10 +130,7 @@ def test_dask_teardown_kills_running_jobs(tmp_path: Path) -> None:
         target=lambda: result.append(run_outcome(spec(tmp_path, "exec sleep 60", key="t")))
     )
     thread.start()
-    deadline = time.monotonic() + 10
-    while "t" not in running_tasks():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually("t running", lambda: "t" in running_tasks(), 10, interval=0.02)
     worker_task.dask_teardown(worker=None)
     thread.join(10)
     assert result[0].returncode == -15
@@ -181,9 +172,8 @@ def test_a_worker_exiting_without_teardown_takes_its_jobs_along(tmp_path: Path) 
     )
     assert done.returncode == 0, done.stderr
     pid = int((tmp_path / "pid").read_text())
-    deadline = time.monotonic() + 5
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            raise AssertionError("the job outlived its worker's exit")
-        time.sleep(0.05)
+    try:
+        eventually("the job ended with its worker's exit", lambda: not _alive(pid), 5)
+    except AssertionError:
+        os.kill(pid, 9)
+        raise

@@ -27,17 +27,15 @@ import uuid
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.slurm.states import Phase, phase
 from testcluster import cluster
 
 REQUIRE_ENV = "DASK_SLURM_REQUIRE_CLUSTER"
 KEEP_ENV = "DASK_SLURM_KEEP_CLUSTER"
-TERMINAL_JOB_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
-     "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
-)  # fmt: skip
 QUIET_GRACE = 5.0  # seconds a test's jobs may take to end by themselves after the test
 CLEANUP_TIMEOUT = 30.0
 
@@ -158,6 +156,36 @@ class SlurmTestCluster:
 
         return run_bounded(full, {**self.env, **(env_extra or {})}, timeout, cancel)
 
+    @contextlib.contextmanager
+    def salloc_background(
+        self,
+        name: str,
+        salloc_args: Sequence[str],
+        argv: Sequence[str],
+        env_extra: Mapping[str, str] | None = None,
+        stdout: Any = subprocess.PIPE,
+    ) -> Iterator[subprocess.Popen[str]]:
+        """``argv`` inside ``salloc --job-name=<name> <salloc_args>``, in the background
+        and in a session of its own, output (with stderr) to ``stdout``. On leaving, if it
+        still runs: the allocation is cancelled by name, the session killed, salloc waited
+        for."""
+        proc = subprocess.Popen(
+            ["salloc", f"--job-name={name}", *salloc_args, *argv],
+            env={**self.env, **(env_extra or {})},
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # so that a failure can end salloc *and* argv
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                self.run(["scancel", f"--name={name}"], timeout=15)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+
     def sbatch(self, script: str | Path, args: Sequence[str] = ()) -> str:
         """Submit a batch script (its text, or a Path to it) and return the job id."""
         if isinstance(script, str):  # sbatch reads the script at submission
@@ -176,7 +204,7 @@ class SlurmTestCluster:
         while True:
             fields = self.job_fields(job_id)
             state = fields.get("JobState", "")
-            if state in TERMINAL_JOB_STATES:
+            if state and phase(state) is Phase.ENDED:
                 return state, fields.get("ExitCode", "")
             if time.monotonic() > deadline:
                 self.run(["scancel", job_id], timeout=15)

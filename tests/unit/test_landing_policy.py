@@ -11,6 +11,7 @@ from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import (
     Durations,
     Expected,
     Running,
+    clock_line,
     duration_text,
     eligible_workers,
     expected_duration,
@@ -18,6 +19,7 @@ from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import (
     percentile,
     refusal_message,
     runtime_seconds,
+    scaled_margins,
     to_stop_at_landing,
 )
 from snakemake_executor_plugin_dask_slurm.slurm.walltime import allocation_end
@@ -151,3 +153,33 @@ def test_landing_stops_what_cannot_finish_by_the_hard_stop() -> None:
 )  # fmt: skip
 def test_duration_text(seconds: float, text: str) -> None:
     assert duration_text(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("left", "landing", "runtime", "expected"),
+    [
+        (3600.0, 120.0, 30.0, (120.0, 30.0)),  # a long allocation: the margins as set
+        (480.0, 120.0, 30.0, (120.0, 30.0)),  # exactly four margins left
+        (120.0, 120.0, 30.0, (30.0, 7.5)),  # a short one: a quarter, both scaled
+        (0.0, 120.0, 30.0, (0.0, 0.0)),  # already over
+        (-5.0, 120.0, 30.0, (0.0, 0.0)),
+    ],
+)
+def test_scaled_margins(
+    left: float, landing: float, runtime: float, expected: tuple[float, float]
+) -> None:
+    assert scaled_margins(NOW + left, NOW, landing, runtime) == expected
+
+
+def test_clock_line_names_the_end_the_landing_and_a_shortened_margin() -> None:
+    end = AllocationEnd(NOW + 120, 30.0, 7.5, "SLURM_JOB_END_TIME")
+    line = clock_line("25", end, NOW, 120.0)
+    assert line.startswith("allocation 25 ends in 2 min, at ")
+    assert "(from SLURM_JOB_END_TIME): the run lands 30 s before" in line
+    assert "a quarter of the time left, less than --dask-slurm-landing-margin 120" in line
+    assert "shortened" not in clock_line("25", CLOCK, NOW, 120.0)
+    assert "a quarter" not in clock_line("25", CLOCK, NOW, 120.0)
+    assert clock_line("25", None, NOW, 120.0) == (
+        "allocation 25 has no time limit SLURM could tell: no landing point; SIGUSR1 "
+        "(e.g. sbatch --signal=USR1@120) lands the run"
+    )

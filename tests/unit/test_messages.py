@@ -42,7 +42,7 @@ def test_describe_exit(code: int, text: str) -> None:
 
 def test_failure_message_has_rule_code_host_tail_and_log() -> None:
     outcome = TaskOutcome(3, "n2", 10.0, 12.5, "line a\nline b")
-    msg = failure_message(JOB, Finished("k", False, outcome=outcome), "direct", "/abs/x.log")
+    msg = failure_message(JOB, outcome, None, "direct", "/abs/x.log")
     assert msg.startswith("rule align (jobid 7, attempt 2) exited with code 3 on n2 after 2.5 s")
     assert "Last lines of its output:\n  | line a\n  | line b\n" in msg
     assert msg.endswith("Full log: /abs/x.log\n")
@@ -50,9 +50,9 @@ def test_failure_message_has_rule_code_host_tail_and_log() -> None:
 
 def test_failure_message_for_start_errors_and_lost_tasks() -> None:
     outcome = TaskOutcome(-1, "n1", 0, 0, "", "FileNotFoundError: bash")
-    msg = failure_message(JOB, Finished("k", False, outcome=outcome), "direct", "/l")
+    msg = failure_message(JOB, outcome, None, "direct", "/l")
     assert "could not be started on n1: FileNotFoundError: bash" in msg
-    lost = failure_message(JOB, Finished("k", False, problem="the worker died"), "general", "/l")
+    lost = failure_message(JOB, None, "the worker died", "general", "/l")
     assert lost.startswith("rule align (jobid 7, attempt 2) did not finish: the worker died.")
 
 

@@ -1,9 +1,9 @@
 """What a worker job runs on its first node: the run's workers on every node of the job.
 
 A worker job is an allocation like the one the run started in, so it is handled the same
-way: what SLURM granted each node (:func:`.allocation.read_allocation`), one worker per
-node with one thread per CPU (:func:`.layout.plan_layout`), one srun step per distinct
-node size (:func:`.spec.plan_worker_steps`) — the very functions of the srun mode. The
+way: what SLURM granted each node (:func:`...slurm.allocation.read_allocation`), one worker per
+node with one thread per CPU (:func:`...slurm.layout.plan_layout`), one srun step per distinct
+node size (:func:`..spec.plan_worker_steps`) — the very functions of the srun mode. The
 workers are named ``j<job id>-<node>``, join the run's scheduler through its scheduler
 file with the run's credentials (paths in the recipe), and exit when the scheduler closes
 them (idle retirement, the end of the run) or is gone (Dask's death timeout); the job

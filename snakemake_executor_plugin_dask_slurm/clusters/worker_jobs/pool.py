@@ -1,5 +1,5 @@
 """Worker jobs: grow the farm with sbatch jobs whose workers join the run's scheduler, and
-shrink it when they are idle (the lifecycle; the decisions are :mod:`.growth`'s).
+shrink it when they are idle (the lifecycle; the decisions are :mod:`.policy`'s).
 
 - **Before anything starts** (:meth:`WorkerJobs.prepare`): the partition's nodes and their
   CPUs (``sinfo``: what one worker job brings, so that jobs larger than the first
@@ -12,18 +12,20 @@ shrink it when they are idle (the lifecycle; the decisions are :mod:`.growth`'s)
   ``squeue`` about the worker jobs (one call for all), decides (:func:`.policy.decide`),
   and acts: ``sbatch``, ``scancel`` of pending jobs no longer needed, retirement of idle
   ones through the scheduler (``dask_slurm_retire_idle``: no job can be lost, see
-  :mod:`..worker.scheduler_preload`), after which the job ends by itself.
+  :mod:`...worker.scheduler_preload`), after which the job ends by itself.
 - **At the end** (:meth:`WorkerJobs.close`), on every path: one ``scancel`` for every
   worker job still pending or running, then a check that ``squeue`` lists none.
 
 A worker job that ends under the run (scancel, its time limit, a node failure) is a worker
 lost like any other: its supervisors end the jobs' processes and record it, and the
-executor runs those jobs again elsewhere (:mod:`..dispatch.recovery`).
+executor runs those jobs again elsewhere (:mod:`...dispatch.recovery`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import logging
 import math
 import os
@@ -43,12 +45,20 @@ from ...slurm.argv import (
     scancel_command,
     sinfo_command,
     squeue_command,
-    sweep_step_command,
 )
 from ...slurm.hostlist import expand_hostlist
-from ...slurm.run import SlurmCommandError, ask, parse_sinfo, parse_squeue
-from ...slurm.run import run as slurm_run
+from ...slurm.run import (
+    Slurm,
+    SlurmCommandError,
+    find_commands,
+    node_of_worker,
+    parse_sinfo,
+    parse_squeue,
+    sweep_node,
+)
+from ...slurm.states import GONE, Phase, phase
 from ...worker.scheduler_preload import LOAD_HANDLER, RETIRE_IDLE_HANDLER
+from ...worker.waiting import wait_until
 from ..spec import WorkerRecipe
 from . import policy
 
@@ -70,10 +80,6 @@ RETIRE_GRACE = 30.0
 ENDING_RECHECK = 0.5
 #: Seconds close() waits for squeue to list no worker job any more.
 GONE_TIMEOUT = 20.0
-PENDING_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING"}
-)
-RUNNING_STATES = frozenset({"RUNNING", "SUSPENDED", "STOPPED", "COMPLETING", "SIGNALING"})
 SCRIPT_NAME = "worker-job.py"
 RECIPE_NAME = "recipe.json"
 
@@ -88,18 +94,23 @@ class GrowthCommands:
 
     @classmethod
     def find(cls) -> GrowthCommands:
-        import shutil
+        found = find_commands(
+            [field.name for field in dataclasses.fields(cls)],
+            "Worker jobs are submitted, watched and cancelled with them (or run without "
+            "--dask-slurm-worker-jobs).",
+        )
+        return cls(**found)
 
-        names = ("sbatch", "squeue", "scancel", "sinfo", "srun")
-        found = {name: shutil.which(name) for name in names}
-        missing = [name for name, path in found.items() if path is None]
-        if missing:
-            raise DaskSlurmError(
-                f"Worker jobs need SLURM's {', '.join(missing)}, not found on PATH. Make "
-                "SLURM's commands available (often 'module load slurm'), or run without "
-                "--dask-slurm-worker-jobs."
-            )
-        return cls(**{k: str(v) for k, v in found.items()})
+
+class Action(enum.Enum):
+    """What the plugin did to a worker job (its end is then no surprise)."""
+
+    #: Idle with nothing waiting: its workers left through the scheduler; it ends itself.
+    RETIRED = "retired"
+    #: Pending and no longer needed.
+    CANCELLED = "cancelled"
+    #: The run ended.
+    STOPPED = "stopped"
 
 
 @dataclass
@@ -116,9 +127,8 @@ class TrackedJob:
     ended: float | None = None
     #: Why it ended, as the plugin tells it (None: still there, or not yet known).
     end: str | None = None
-    #: What the plugin did to it: "retired", "cancelled" (pending, no longer needed),
-    #: "stopped" (the run ended).
-    action: str | None = None
+    #: What the plugin did to it.
+    action: Action | None = None
     action_at: float | None = None
     idle_since: float | None = None
     workers: set[str] = field(default_factory=set)
@@ -161,8 +171,10 @@ class WorkerJobs:
         commands: GrowthCommands,
         say: Callable[[str], None],
         warn: Callable[[str], None],
+        slurm: Slurm | None = None,
     ):
         self.config = config
+        self.slurm = slurm or Slurm()
         self.recipe = recipe
         self.dir = run_dir / "worker-jobs"
         self.logs = Path(recipe.log_dir)
@@ -182,7 +194,8 @@ class WorkerJobs:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.client: Client | None = None
+        #: Calls a handler of the scheduler's (``name, **kwargs``): set by :meth:`start`.
+        self.call_scheduler: Callable[..., Any] | None = None
 
     # -- before anything starts --------------------------------------------------------
 
@@ -206,7 +219,9 @@ class WorkerJobs:
                 "or run without --dask-slurm-worker-jobs."
             ) from None
         logger.debug("sbatch --test-only said: %s", said)
-        listed = slurm_run(sinfo_command(self.config.partition, self.commands.sinfo), SLURM_TIMEOUT)
+        listed = self.slurm.run(
+            sinfo_command(self.config.partition, self.commands.sinfo), SLURM_TIMEOUT
+        )
         self.node_cpus = parse_sinfo(listed)
         if not self.node_cpus:
             where = f"partition {self.config.partition}" if self.config.partition else "SLURM"
@@ -260,12 +275,18 @@ class WorkerJobs:
             sbatch=self.commands.sbatch,
         )
         self.logs.mkdir(parents=True, exist_ok=True)
-        return slurm_run(argv, SLURM_TIMEOUT, env=submission_env(os.environ), cwd=str(self.dir))
+        return self.slurm.run(
+            argv, SLURM_TIMEOUT, env=submission_env(os.environ), cwd=str(self.dir)
+        )
 
     # -- the thread --------------------------------------------------------------------
 
     def start(self, client: Client) -> None:
-        self.client = client
+        def call(handler: str, **kwargs: Any) -> Any:
+            method = getattr(client.scheduler, handler)
+            return client.sync(method, callback_timeout=RPC_TIMEOUT, **kwargs)
+
+        self.call_scheduler = call
         self._thread = threading.Thread(target=self._run, name="dask-slurm-growth", daemon=True)
         self._thread.start()
 
@@ -276,15 +297,12 @@ class WorkerJobs:
             except Exception as e:  # one bad tick must not end growth
                 logger.warning("dask-slurm: worker jobs: %s: %s", type(e).__name__, e)
 
-    def _rpc(self, handler: str, **kwargs: Any) -> Any:
-        client: Any = self.client
-        method = getattr(client.scheduler, handler)
-        return client.sync(method, callback_timeout=RPC_TIMEOUT, **kwargs)
-
     def tick(self, now: float) -> None:
-        if self.client is None:
+        """Look at the scheduler's load (and, every few seconds, at SLURM's queue),
+        decide, act."""
+        if self.call_scheduler is None:
             return
-        load = self._rpc(LOAD_HANDLER)
+        load = self.call_scheduler(LOAD_HANDLER)
         waiting = float(load.get("waiting_cpus", 0.0))
         held: dict[str, int] = load.get("workers", {})
         with self._lock:
@@ -325,7 +343,7 @@ class WorkerJobs:
             if decision.submit:
                 self._submit(decision.submit, waiting, now)
             if decision.cancel:
-                self._cancel(list(decision.cancel), now, "cancelled")
+                self._cancel(list(decision.cancel), now, Action.CANCELLED)
             for job_id in decision.retire:
                 self._retire(self.jobs[job_id], now)
             self._cancel_stuck_retirements(now)
@@ -357,35 +375,32 @@ class WorkerJobs:
         ids = [j.job_id for j in self.jobs.values() if j.ended is None]
         if not ids:
             return
-        done = ask(squeue_command(ids, self.commands.squeue), SLURM_TIMEOUT)
+        done = self.slurm.ask(squeue_command(ids, self.commands.squeue), SLURM_TIMEOUT)
         if done is None or (done.returncode != 0 and "Invalid job id" not in done.stderr):
             return  # the controller did not answer: ask again next time
         states = parse_squeue(done.stdout)
         for job_id in ids:
             job = self.jobs[job_id]
-            state, nodes = states.get(job_id, ("GONE", ""))
-            state = state.split()[0] if state else "GONE"
+            state, nodes = states.get(job_id, (GONE, ""))
+            state = state.split()[0] if state else GONE
             if nodes and nodes not in ("(null)", "None assigned"):
                 with contextlib.suppress(ValueError):
                     job.nodes = tuple(expand_hostlist(nodes))
-            if state in RUNNING_STATES and job.started is None:
+            job.state = state
+            now_in = phase(state)
+            if now_in is Phase.STARTED and job.started is None:
                 job.started = now
                 self.say(
                     f"worker job {job_id} started on {','.join(job.nodes) or '?'} after "
                     f"{now - job.submitted:.0f} s in the queue"
                 )
-            if state in PENDING_STATES or state == "RUNNING":
-                job.state = state
-                continue
-            if state in RUNNING_STATES:  # completing, suspended: not over yet
-                job.state = state
-                continue
-            job.state, job.ended = state, now
-            self._ended(job)
+            if now_in is Phase.ENDED:
+                job.ended = now
+                self._ended(job)
 
     def _ended(self, job: TrackedJob) -> None:
-        if job.action in ("retired", "cancelled", "stopped"):
-            job.end = job.action
+        if job.action is not None:
+            job.end = job.action.value
             return
         job.end = f"ended ({job.state.lower()})"
         ran = f" after running {job.ended - job.started:.0f} s" if job.started and job.ended else ""
@@ -432,14 +447,14 @@ class WorkerJobs:
             )
             self._last_poll = 0.0  # look at them soon
 
-    def _cancel(self, ids: list[str], now: float, action: str) -> None:
+    def _cancel(self, ids: list[str], now: float, action: Action) -> None:
         if not ids:
             return
-        ask(scancel_command(ids, self.commands.scancel), SLURM_TIMEOUT)
+        self.slurm.ask(scancel_command(ids, self.commands.scancel), SLURM_TIMEOUT)
         for job_id in ids:
             job = self.jobs[job_id]
             job.action, job.action_at = action, now
-        if action == "cancelled":
+        if action is Action.CANCELLED:
             self.say(
                 f"cancelled pending worker job(s) {', '.join(ids)}: nothing has waited for "
                 f"{self.config.idle_seconds:g} s"
@@ -447,10 +462,11 @@ class WorkerJobs:
 
     def _retire(self, job: TrackedJob, now: float) -> None:
         names = sorted(job.workers)
-        closed = self._rpc(RETIRE_IDLE_HANDLER, names=names)
+        assert self.call_scheduler is not None
+        closed = self.call_scheduler(RETIRE_IDLE_HANDLER, names=names)
         if set(closed) != set(names):
             return  # one got a task meanwhile: it is not idle after all
-        job.action, job.action_at = "retired", now
+        job.action, job.action_at = Action.RETIRED, now
         self.say(
             f"worker job {job.job_id} retired: idle for {now - (job.idle_since or now):.0f} s "
             f"with nothing waiting; its worker(s) left, the job ends"
@@ -460,12 +476,12 @@ class WorkerJobs:
         stuck = [
             j.job_id
             for j in self.jobs.values()
-            if j.action == "retired"
+            if j.action is Action.RETIRED
             and j.ended is None
             and now - (j.action_at or now) > RETIRE_GRACE
         ]
         if stuck:
-            ask(scancel_command(stuck, self.commands.scancel), SLURM_TIMEOUT)
+            self.slurm.ask(scancel_command(stuck, self.commands.scancel), SLURM_TIMEOUT)
             for job_id in stuck:
                 self.jobs[job_id].action_at = now  # once per grace period
 
@@ -510,19 +526,10 @@ class WorkerJobs:
             self._poll(time.time())
         if job.ended is not None:
             return f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
-        rest = worker.partition("-")[2]
-        node = rest if rest in job.nodes else rest.rpartition("-")[0]
-        if node not in job.nodes:
+        node = node_of_worker(worker, job.nodes)
+        if node is None:
             return None
-        try:
-            said = slurm_run(
-                sweep_step_command(node, sys.executable, keys, self.commands.srun, job.job_id),
-                SLURM_TIMEOUT,
-            )
-        except SlurmCommandError as e:
-            logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
-            return None
-        return f"an srun step in worker job {job.job_id} on {node} ended them ({said.strip()})"
+        return sweep_node(self.slurm, self.commands.srun, sys.executable, node, keys, job.job_id)
 
     # -- the end -------------------------------------------------------------------------
 
@@ -544,15 +551,15 @@ class WorkerJobs:
             for job_id in left:
                 job = self.jobs[job_id]
                 if job.action is None:
-                    job.action, job.action_at = "stopped", now
-            ask(scancel_command(left, self.commands.scancel), SLURM_TIMEOUT)
-            deadline = time.monotonic() + GONE_TIMEOUT
-            while True:
+                    job.action, job.action_at = Action.STOPPED, now
+            self.slurm.ask(scancel_command(left, self.commands.scancel), SLURM_TIMEOUT)
+
+            def none_left() -> bool:
                 self._poll(time.time())
-                still = [j.job_id for j in self.jobs.values() if j.ended is None]
-                if not still or time.monotonic() > deadline:
-                    break
-                time.sleep(0.5)
+                return all(j.ended is not None for j in self.jobs.values())
+
+            wait_until(none_left, GONE_TIMEOUT, interval=0.5)
+            still = [j.job_id for j in self.jobs.values() if j.ended is None]
         if still:
             self.warn(
                 f"worker job(s) {', '.join(still)} still listed by squeue "

@@ -1,0 +1,107 @@
+"""A cluster source whose farm grows with worker jobs: the run's own cluster (its srun
+workers, or only a scheduler in sbatch mode) plus the pool of worker jobs that add workers
+to it. The cluster owns its scaling, as distributed's ``SpecCluster.adapt`` does: the
+executor sees one :class:`..base.ClusterSource` and never the pool.
+
+What the pool changes about the source:
+
+- **capacity**: what a worker job's workers will offer counts for admission before any
+  has joined (a job larger than the first allocation's nodes is not refused);
+- **no worker left** is not the end while worker jobs are queued or running, or growth may
+  still submit;
+- **a dead worker's jobs** are swept in its worker job (``srun --jobid``), the others
+  where the inner source started them;
+- **a job that failed on a worker job's worker** may have been killed together with its
+  worker job (scancel, its time limit): SLURM is asked first, and such a job is lost, not
+  failed;
+- **stopping**: the pool's thread stops before the client closes; every worker job is
+  cancelled after the inner source closed, and the pool's summary is the last word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..base import ClusterSource
+from ..security import RunSecurity
+from .pool import WorkerJobs
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+class GrowingCluster(ClusterSource):
+    """``inner`` plus the worker jobs of ``pool``."""
+
+    def __init__(self, inner: ClusterSource, pool: WorkerJobs):
+        self.inner = inner
+        self.pool = pool
+        self.description = inner.description
+        self.security: RunSecurity = inner.security
+        self.record_dir: Path | None = inner.record_dir
+        self.restarts_workers = inner.restarts_workers
+
+    @property
+    def bringup_seconds(self) -> float | None:  # for the benchmarks' timing hook
+        return getattr(self.inner, "bringup_seconds", None)
+
+    @property
+    def teardown_seconds(self) -> float | None:
+        return getattr(self.inner, "teardown_seconds", None)
+
+    def start(self) -> Client:
+        client = self.inner.start()
+        self.pool.start(client)
+        return client
+
+    def close(self) -> None:
+        self.pool.stop()  # before the client closes: the pool's thread uses it
+        try:
+            self.inner.close()
+        finally:
+            self.pool.close()
+
+    def stop_workers(self) -> None:
+        self.inner.stop_workers()
+        self.pool.close()  # their supervisors end their jobs, SLURM the rest
+
+    def summary(self) -> list[str]:
+        return self.inner.summary()
+
+    def warnings(self) -> list[str]:
+        return self.inner.warnings()
+
+    def problem(self) -> str | None:
+        return self.inner.problem()
+
+    def scheduler_lost(self) -> bool:
+        return self.inner.scheduler_lost()
+
+    def allocation_problem(self) -> str | None:
+        return self.inner.allocation_problem()
+
+    def deaths(self) -> list[str]:
+        return self.inner.deaths()
+
+    def future_offers(self) -> list[dict[str, float]]:
+        return self.pool.offers()
+
+    def workers_may_come(self) -> bool:
+        return self.pool.active()
+
+    def from_worker_job(self, worker: str) -> bool:
+        return self.pool.owns(worker)
+
+    def lost_with_its_job(self, worker: str, noticed: float) -> bool:
+        return self.pool.owns(worker) and self.pool.ending(worker, noticed)
+
+    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+        if self.pool.owns(worker):
+            return self.pool.sweep(worker, list(keys))
+        return self.inner.sweep(worker, keys)
+
+    def closing_lines(self) -> list[str]:
+        line = self.pool.summary()
+        return [*self.inner.closing_lines(), *([line] if line else [])]

@@ -1,0 +1,277 @@
+"""What becomes of every task that ended, of the jobs of a worker that died, and of a run
+whose cluster broke: the pure decisions (:func:`..dispatch.routing.route`,
+:func:`..dispatch.recovery.decide`, :class:`..dispatch.health.NoWorkers`) carried out with
+the cluster source, the dispatcher and Snakemake's callbacks.
+
+Threads: :meth:`Failures.ended` runs on Snakemake's status thread; whatever may wait for
+SLURM (is the allocation or the worker job still there?) or for a dead worker's
+supervisor runs on the recovery thread (:class:`..dispatch.recovery.Recovery`); failing
+the whole run runs on a thread of its own. Which jobs are registered, and whether the
+run stops, is the registry's to say, under its lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from ..clusters.base import ClusterSource
+from ..dispatch.dispatcher import Dispatcher
+from ..dispatch.health import NoWorkers
+from ..dispatch.listeners import Listeners
+from ..dispatch.outcomes import Finished, WorkerRef
+from ..dispatch.recovery import Gone, Recovery, decide
+from ..dispatch.registry import (
+    HandedOver,
+    JobRecord,
+    JobRegistry,
+    NotRerun,
+    NotTaken,
+    Refusal,
+    counts_by_rule,
+)
+from ..dispatch.routing import Route, RunState, route
+from ..report.messages import failure_message, job_label
+
+#: Seconds between checks that the cluster's processes are still alive.
+HEALTH_CHECK_INTERVAL = 0.5
+
+
+@dataclass(frozen=True)
+class Snakemake:
+    """What the run tells Snakemake, and how it runs Snakemake's coroutines."""
+
+    succeeded: Callable[[Any], None]
+    #: ``failed(info, msg=..., aux_logs=...)``: Snakemake's report_job_error.
+    failed: Callable[..., None]
+    async_run: Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@dataclass(frozen=True)
+class Say:
+    """One line to the user, at INFO, WARNING or ERROR."""
+
+    info: Callable[[str], None]
+    warn: Callable[[str], None]
+    error: Callable[[str], None]
+
+
+class Failures:
+    def __init__(
+        self,
+        registry: JobRegistry,
+        source: ClusterSource,
+        dispatcher: Dispatcher,
+        snakemake: Snakemake,
+        startup_timeout: float,
+        listeners: Listeners,
+        say: Say,
+    ):
+        self.registry = registry
+        self.source = source
+        self.dispatcher = dispatcher
+        self.snakemake = snakemake
+        self.no_workers = NoWorkers(source.restarts_workers, startup_timeout, registry.logs)
+        self.listeners = listeners
+        self.say = say
+        self._next_health_check = 0.0
+        self.recovery = Recovery(
+            source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
+        )
+
+    # -- a task ended (the status thread) ------------------------------------------------
+
+    def ended(self, finished: Finished) -> None:
+        registry = self.registry
+        record = registry.get(finished.key)
+        if record is not None:
+            self.listeners.ended(record, finished)
+        on = finished.on
+        state = RunState(
+            registered=record is not None,
+            fatal=registry.fatal is not None,
+            stopping=registry.stop_reason is not None,
+            on_worker_job=on is not None and self.source.from_worker_job(on.name),
+        )
+        way = route(finished, state)
+        if way is Route.SUCCEEDED:
+            registry.pop(finished.key)
+            assert record is not None
+            self.snakemake.succeeded(record.info)
+        elif way is Route.LOST:
+            assert finished.lost_on is not None
+            self.recovery.lost(finished.key, finished.lost_on)  # stays registered
+        elif way is Route.ASK_WORKER_JOB:
+            noticed = time.time()
+            self.recovery.call(lambda: self._unless_worker_job_ended(finished, noticed))
+        elif way is Route.CHECK_CLUSTER:
+            # Cancelled, or lost with the scheduler: its processes may still run. If the
+            # cluster broke, the run's failure reports it once they are gone.
+            self.check_cluster(force=True)
+            if not registry.fatal:
+                self._fail(finished)
+        elif way is Route.ASK_ALLOCATION:
+            # SLURM signals every process of an allocation it ends: ask it first (on the
+            # recovery thread); such jobs are then reported with the one message.
+            self.recovery.call(lambda: self._unless_allocation_ended(finished))
+        elif way is Route.FAILED:
+            self._fail(finished)
+
+    def _unless_allocation_ended(self, finished: Finished) -> None:
+        """(Recovery thread) A job killed by a signal the plugin did not send."""
+        self._on_worker_removed()  # fails the run if SLURM ended the allocation
+        if not self.registry.fatal:
+            self._fail(finished)
+
+    def _unless_worker_job_ended(self, finished: Finished, noticed: float) -> None:
+        """(Recovery thread) A job that failed on a worker job's worker: lost with its
+        worker job if that job is ending, else an ordinary failure."""
+        assert finished.on is not None
+        if self.source.lost_with_its_job(finished.on.name, noticed):
+            self.say.info(
+                f"job {finished.key} failed as its worker job ended under it: it runs "
+                "again elsewhere once its processes are gone"
+            )
+            self.recovery.lost(finished.key, finished.on)
+        else:
+            self._fail(finished)
+
+    def _fail(self, finished: Finished) -> None:
+        record = self.registry.pop(finished.key)
+        if record is None:
+            return
+        stop = self.registry.stop_reason
+        problem = finished.problem
+        if stop and finished.outcome is None:
+            problem = f"stopped: {stop}"
+        msg = failure_message(record.job, finished.outcome, problem, record.way, record.log)
+        self.snakemake.failed(record.info, msg=msg, aux_logs=[record.log])
+
+    # -- whether the cluster can still run jobs --------------------------------------------
+
+    def check_cluster(self, force: bool = False) -> None:
+        """At most twice a second (or now, with ``force``): whether the cluster can still
+        run jobs; if not, fail the run."""
+        now = time.monotonic()
+        if self.registry.fatal or (
+            not force and (now < self._next_health_check or self.registry.stop_reason)
+        ):
+            return
+        self._next_health_check = now + HEALTH_CHECK_INTERVAL
+        source = self.source
+        problem = self.no_workers.check(
+            now,
+            self.dispatcher.worker_count,
+            source.workers_may_come(),
+            source.scheduler_lost(),
+            source.deaths,
+        )
+        problem = problem or source.problem()
+        if problem:
+            self.start_fail_run(f"the Dask cluster broke: {problem}")
+
+    def start_fail_run(self, reason: str) -> None:
+        if self.registry.begin_fatal(reason):
+            threading.Thread(target=self._fail_run, args=(reason,), daemon=True).start()
+
+    def _fail_run(self, reason: str) -> None:
+        """Stop every job, then fail each, with one message for all of them.
+
+        The jobs are failed only once their processes are gone (the workers stopped,
+        whose supervisors end them), so that Snakemake's removal of their outputs is
+        final: no job left running can write them back.
+        """
+        self.say.error(reason)
+        keys = self.registry.keys()
+        if keys and not self.source.scheduler_lost():
+            self.dispatcher.stop(keys)
+        self.source.stop_workers()
+        left = self.registry.take_all(reason, quiet=True)
+        if left:
+            self.say.error(
+                f"stopping the run; the {len(left)} job(s) it still had, all ended now, "
+                f"fail: {counts_by_rule([r.job for r in left.values()])}. Run the same "
+                "command again (in a new allocation if this one ended): Snakemake redoes "
+                "only what is missing."
+            )
+        for record in left.values():
+            self.snakemake.failed(record.info, msg=f"stopped: {reason}")
+
+    def stop_jobs(self, keys: list[str]) -> None:
+        """Kill those jobs; each is then reported failed (blocks a few seconds)."""
+        if self.source.scheduler_lost():
+            self.source.stop_workers()  # their supervisors end the jobs
+        else:
+            self.dispatcher.stop(keys)
+
+    # -- a worker died ---------------------------------------------------------------------
+
+    def worker_removed(self) -> None:
+        """A worker left the scheduler unexpectedly (Dask's event thread)."""
+        self.recovery.worker_removed()
+
+    def _on_worker_removed(self) -> None:
+        """(Recovery thread) Did the allocation end under the workers?"""
+        if not self.registry.fatal:
+            problem = self.source.allocation_problem()
+            if problem:
+                self.start_fail_run(f"the Dask cluster broke: {problem}")
+
+    def _on_gone(self, worker: WorkerRef, keys: list[str], gone: Gone | None) -> None:
+        """(Recovery thread) The jobs of a dead worker: their processes are gone (or
+        could not be ended): run each again elsewhere, or fail it."""
+        self._on_worker_removed()
+        self.check_cluster(force=True)  # no worker left to run them again?
+        for key in keys:
+            record = self.registry.get(key)
+            if record is None or self.registry.fatal:  # cancelled, or left to _fail_run
+                continue
+            verdict = decide(
+                job_label(record.job), key, worker.name, gone, record.lost_on,
+                self.registry.stop_reason,
+            )  # fmt: skip
+            if verdict.rerun:
+                self.say.info(verdict.message)
+                self._rerun(record)
+            elif self.registry.pop(key) is not None:
+                self.snakemake.failed(record.info, msg=verdict.message)
+
+    def _rerun(self, record: JobRecord) -> None:
+        """Run a lost job again, as the same Snakemake attempt, under a new task key,
+        after removing what its dead copy wrote."""
+        job = record.job
+        try:
+            self.snakemake.async_run(job.remove_existing_output())
+            if record.way == "direct":  # the general way's own Snakemake prepares
+                for f in (*job.output, *job.log):
+                    f.prepare()
+        except Exception as e:
+            if self.registry.pop(record.key) is not None:
+                self.snakemake.failed(
+                    record.info, msg=f"{job_label(job)} could not be run again: {e}\n"
+                )
+            return
+        outcome = self.registry.replace(record, record.next_run(), self.dispatcher.submit_many)
+        if isinstance(outcome, HandedOver):
+            self.listeners.handed_over([record])
+        elif isinstance(outcome, NotTaken):
+            self.report_refused(outcome.refusals)
+        elif (
+            isinstance(outcome, NotRerun)
+            and outcome.reason  # the run stops ("": it was cancelled and forgotten)
+            and self.registry.pop(record.key) is not None
+        ):
+            self.snakemake.failed(
+                record.info, msg=f"{job_label(job)} was not run again: {outcome.reason}\n"
+            )
+
+    def report_refused(self, refusals: list[Refusal]) -> None:
+        """Jobs announced to Snakemake that never reached Dask."""
+        for info, msg in refusals:
+            self.snakemake.failed(info, msg=msg)
+
+    def close(self) -> None:
+        self.recovery.close()

@@ -1,0 +1,376 @@
+"""The Snakemake executor: Snakemake's hooks in, calls into the subpackages out.
+
+Threading (see docs/architecture.md): ``run_jobs`` runs on Snakemake's scheduling thread
+and must not block; ``check_active_jobs`` and ``sleep`` run on the base class's status
+thread, which starts *before* ``__post_init__`` — so everything they touch is set in
+``__init__`` before the base class starts that thread. Dask's event thread reports
+finished tasks and dead workers (:class:`..dispatch.dispatcher.Dispatcher`); what becomes
+of them is :class:`.failures.Failures`'; signals are :mod:`.signals`'.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import Any
+
+from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
+
+from ..clusters.base import ClusterSource, started_lines, worker_offers
+from ..clusters.choose import check_run_dir, local_worker_cpus, make_source
+from ..config import RunConfig, resolve
+from ..dispatch.admission import Capacity
+from ..dispatch.dispatcher import Dispatcher
+from ..dispatch.intake import Intake
+from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
+from ..dispatch.landing import AllocationClock
+from ..dispatch.listeners import Listeners
+from ..dispatch.outcomes import Finished
+from ..dispatch.registry import JobRegistry
+from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
+from ..report.hints import run_speed_hint
+from ..worker import timing
+from . import signals
+from .failures import Failures, Say, Snakemake
+
+#: Fallback interval of the status loop; completions wake it at once.
+STATUS_INTERVAL = 1.0
+#: A scheduling round goes to Dask in chunks: one graph update per chunk (and resource
+#: request), sent when it holds CHUNK_JOBS jobs or its first job has waited CHUNK_SECONDS,
+#: so that the first tasks of a large round start at once.
+CHUNK_JOBS = 64
+CHUNK_SECONDS = 0.02
+
+
+class Executor(RemoteExecutor):
+    """Runs each of Snakemake's jobs as a Dask task on the run's cluster (see
+    docs/architecture.md, "One run"). Planned in ``__post_init__``, started at the first
+    job handed over, closed in ``shutdown``."""
+
+    def __init__(self, workflow: Any, logger: Any) -> None:
+        # Set before the base class starts the status thread, which may use them at once.
+        self._dispatcher: Dispatcher | None = None
+        self._failures: Failures | None = None
+        self._registry = JobRegistry()
+        self._wake_loop: asyncio.AbstractEventLoop | None = None
+        self._wake_event: asyncio.Event | None = None
+        self._source: ClusterSource | None = None
+        self._closed = False
+        self._started = False
+        self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
+        self._clock: AllocationClock | None = None
+        self._listeners = Listeners()
+        if timing.ON:
+            timing.record("init", time.time())
+        super().__init__(workflow, logger)
+
+    def _say(self, line: str) -> None:
+        self.logger.info(f"dask-slurm: {line}")
+
+    def _warn(self, line: str) -> None:
+        self.logger.warning(f"dask-slurm: {line}")
+
+    def _error(self, line: str) -> None:
+        self.logger.error(f"dask-slurm: {line}")
+
+    def __post_init__(self) -> None:
+        workdir = Path(self.workflow.workdir_init)
+        self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
+        self._run_token = uuid.uuid4().hex[:8]
+        log_dir = self.config.run_dir / "logs"
+        self._registry.logs = str(log_dir)
+        self._builder = JobCommandBuilder(
+            workflow=self.workflow,
+            workdir=str(workdir),
+            log_root=str(log_dir / "jobs"),
+            base_env=self.envvars(),
+            direct_shell=self.config.direct_shell,
+            format_job_exec=self.format_job_exec,
+            run_async=self.workflow.async_run,
+        )
+        self._say(f"{self.config.cluster} ({self.config.cluster_reason})")
+        for warning in self.config.warnings:
+            self._warn(warning)
+        check_run_dir(self.config.run_dir)
+        cores = self.workflow.resource_settings.cores
+        given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
+        # Planned (settings, allocation, preflight) now; started at the first job, so a
+        # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
+        self._pending_source: ClusterSource | None = make_source(
+            self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}"
+        )
+        self._local_cores: int | None = None
+        if self.config.cluster == "local" and given_cores is None:
+            self._local_cores = local_worker_cpus(self.config)
+            cap_threads_like_cores(self.workflow, self._local_cores)
+            self._say(
+                f"local mode: rules claiming more than {self._local_cores} threads will be "
+                "scaled down (as with --cores)"
+            )
+
+    @property
+    def cores(self) -> Any:
+        # What a general-way job's own Snakemake gets as --cores (real.py:101).
+        return self._local_cores if self._local_cores else super().cores
+
+    def get_job_args(self, job: JobExecutorInterface, **kwargs: Any) -> str:
+        """Snakemake's job arguments, with --target-jobs, --wait-for-files and
+        --unneeded-temp-files quoted with shlex.quote instead of repr() (which doubles
+        backslashes and lets $ expand in values holding a single quote)."""
+        args = super().get_job_args(job, **kwargs)
+        replaced = requote_job_args(args, job, self)
+        return args if replaced is None else replaced
+
+    def additional_general_args(self) -> str:
+        # A spawned Snakemake otherwise waits ~1 s at exit for its job-rate limiter's
+        # timer; the outer Snakemake already rate-limits submissions.
+        return "--max-jobs-per-timespan 100000/0s"
+
+    # -- the first round: scheduling settings, the cluster -------------------------------
+
+    def _first_round(self) -> None:
+        """Once, on Snakemake's scheduling thread, when the first jobs are handed over."""
+        self._started = True
+        signals.on_sigterm(self._on_sigterm)
+        self._scheduling, line = tune_job_scheduler(self.workflow, sys.argv)
+        if line:
+            self._say(line)
+        source, self._pending_source = self._pending_source, None
+        if source is not None:
+            self._start(source)
+
+    def _start(self, source: ClusterSource) -> None:
+        self._say(f"starting {source.description}")
+        client = source.start()  # stops what it started if it fails
+        try:
+            offers = worker_offers(client)
+            capacity = Capacity.from_workers(offers + source.future_offers())
+            said, warnings = started_lines(source)
+            for line in said:
+                self._say(line)
+            for line in warnings:
+                self._warn(line)
+            cpus = int(sum(offer.get("cpus", 0) for offer in offers))
+            now, nodes = self._scheduling, self.workflow.resource_settings.nodes
+            hint = run_speed_hint(now.rate, now.scheduler, now.subsample, nodes, cpus)
+            if hint:  # only where a setting the user chose still caps throughput
+                self._say(f"hint: {hint}")
+            dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
+        except BaseException:
+            source.close()
+            raise
+        self._source, self._dispatcher = source, dispatcher
+        if timing.ON:
+            timing.record("ready", time.time(), cpus)
+            timing.record("cluster_start", getattr(source, "bringup_seconds", None) or 0.0)
+        say = Say(self._say, self._warn, self._error)
+        snakemake = Snakemake(
+            self.report_job_success, self.report_job_error, self.workflow.async_run
+        )
+        failures = Failures(
+            self._registry, source, dispatcher, snakemake, self.config.startup_timeout,
+            self._listeners, say,
+        )  # fmt: skip
+        margins = (self.config.landing_margin, self.config.runtime_margin)
+        self._clock = AllocationClock.for_run(
+            os.environ, margins, self._registry, failures.stop_jobs,
+            self._exit_gracefully, self._say, self._warn,
+        )  # fmt: skip
+        if self._clock is not None:
+            self._listeners.append(self._clock)
+            signals.on_sigusr1(self._clock.request)
+        self._intake = Intake(
+            self._builder,
+            capacity,
+            cap=self.config.cluster == "local",
+            key_of=self.job_key,
+            note=self._say,
+            check_time=self._clock.check if self._clock else None,
+        )
+        self._failures = failures
+
+    def _exit_gracefully(self) -> None:
+        """Snakemake schedules nothing more and ends once its running jobs are reported
+        (what its own SIGTERM handler does)."""
+        scheduler = getattr(self.workflow, "scheduler", None)
+        if scheduler is not None:
+            scheduler.exit_gracefully()
+
+    # -- submission (Snakemake's scheduling thread) ---------------------------------------
+
+    def job_key(self, job: JobExecutorInterface) -> str:
+        kind = f"group-{job.name}" if job.is_group() else job.name
+        return f"{kind}-{job.jobid}-a{job.attempt}-{self._run_token}"
+
+    def run_jobs(self, jobs: list[JobExecutorInterface]) -> None:
+        """A scheduling round: each job is announced (``run_job_pre``) as Snakemake's
+        default does, and submitted with the other jobs of its chunk."""
+        if not self._started:
+            self._first_round()
+        chunk: list[JobExecutorInterface] = []
+        flush_at = 0.0
+        for job in jobs:
+            self.run_job_pre(job)
+            if timing.ON:
+                timing.record("submit", self.job_key(job), time.time())
+            if not chunk:
+                flush_at = time.monotonic() + CHUNK_SECONDS
+            chunk.append(job)
+            if len(chunk) >= CHUNK_JOBS or time.monotonic() >= flush_at:
+                self._submit_chunk(chunk)
+                chunk = []
+        if chunk:
+            self._submit_chunk(chunk)
+
+    def run_job(self, job: JobExecutorInterface) -> None:
+        if not self._started:
+            self._first_round()
+        self._submit_chunk([job])
+
+    def _submit_chunk(self, jobs: list[JobExecutorInterface]) -> None:
+        """Admit, build, register and submit ``jobs``; refuse, one by one, those that
+        cannot run."""
+        assert self._dispatcher is not None and self._failures is not None
+        records, refused = self._intake.take(jobs)
+        stopping, lost = self._registry.hand_over(
+            records, self.report_job_submission, self._dispatcher.submit_many
+        )
+        if self._listeners:
+            self._listeners.refused([key for i, _ in stopping if (key := i.external_jobid)])
+            self._listeners.handed_over([r for r in records if self._registry.get(r.key) is r])
+        for job_info, msg in refused + stopping:
+            self.report_job_submission(job_info, register_job=False)
+            self.report_job_error(job_info, msg=msg)
+        self._failures.report_refused(lost)
+
+    def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
+        # The base class appends "see the cluster/cloud log" to every message; ours
+        # already name the job's own log.
+        if self._registry.is_quiet(job_info.external_jobid):
+            return  # said once for all of them (the run failed, or it landed)
+        if job_info.external_jobid is not None:
+            kwargs["external_jobid"] = job_info.external_jobid
+        job = job_info.job
+        if job.is_group() and msg:
+            # Snakemake's GroupJob.log_error (jobs.py:1498) drops ``msg``: say it first.
+            self.logger.error(f"Error in group {job.groupid}: {str(msg).rstrip()}")
+        job.log_error(msg, **kwargs)
+
+    def _on_sigterm(self, call_snakemakes_handler: Any) -> None:
+        """On SIGTERM (SLURM's time limit), stop running jobs, then let Snakemake end.
+
+        Snakemake's own handler only stops scheduling and waits for running jobs, which at
+        a time limit would outlast SLURM's KillWait."""
+        self._warn("SIGTERM received: stopping running jobs")
+        keys = self._registry.begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
+        call_snakemakes_handler()  # Snakemake: schedule nothing more
+        if self._failures is not None:
+            self._failures.stop_jobs(keys)
+
+    # -- completion (the status thread) ----------------------------------------------------
+
+    def _wake(self) -> None:
+        loop, event = self._wake_loop, self._wake_event
+        if loop is not None and event is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to wake
+                loop.call_soon_threadsafe(event.set)
+
+    def _on_removed(self) -> None:
+        """A worker left the scheduler unexpectedly (Dask's event thread)."""
+        self._wake()
+        if self._failures is not None:
+            self._failures.worker_removed()
+
+    async def sleep(self) -> None:
+        if self._wake_event is None:
+            self._wake_event = asyncio.Event()
+            self._wake_loop = asyncio.get_running_loop()
+        # STATUS_INTERVAL, not next_seconds_between_status_checks: the base class starts
+        # this loop before __post_init__ runs, so the first sleep would read Snakemake's
+        # default (10 s) and a cluster broken early would go unnoticed that long.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake_event.wait(), STATUS_INTERVAL)
+        self._wake_event.clear()
+
+    async def check_active_jobs(
+        self, active_jobs: list[SubmittedJobInfo]
+    ) -> AsyncGenerator[SubmittedJobInfo, None]:
+        # The base class's list is not used: completions come from Dask's events, so
+        # each round costs O(finished jobs), not O(running jobs). Nothing is yielded.
+        failures, dispatcher = self._failures, self._dispatcher
+        if failures is not None and dispatcher is not None:
+            failures.check_cluster()
+            for finished in dispatcher.drain():
+                self._ended(failures, finished)
+        for _ in ():
+            yield _
+
+    @staticmethod
+    def _ended(failures: Failures, finished: Finished) -> None:
+        if timing.ON:
+            timing.record("reporting", finished.key, time.time())
+            failures.ended(finished)
+            timing.record("told", finished.key, finished.ok, time.time())
+        else:
+            failures.ended(finished)
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def cancel_jobs(self, active_jobs: list[SubmittedJobInfo]) -> None:
+        # Our own registry, not ``active_jobs``: the base class empties that list while
+        # a status round runs, so a Ctrl-C at that moment would miss jobs.
+        keys = list(self._registry.take_all("the workflow was cancelled"))
+        if self._source is not None and self._source.scheduler_lost():
+            self._source.stop_workers()  # their supervisors end the jobs
+        elif self._dispatcher is not None:
+            self._dispatcher.kill(keys)
+
+    def shutdown(self) -> None:
+        began = time.time()
+        try:
+            with self.lock:
+                self.wait = False
+            self._wake()  # the status thread may sit in sleep() for a second
+            super().shutdown()
+        finally:
+            self.close_cluster()
+            landed = self._clock.summary(shlex.join(sys.argv)) if self._clock else None
+            if landed:
+                self._warn(landed)
+            if timing.ON:
+                timing.record("shutdown", began, time.time())
+
+    def close_cluster(self) -> None:
+        """Stop the clock and the recovery, kill the jobs still registered, then close the
+        source (which stops its worker jobs' growth before its client closes, and cancels
+        them after its own processes are gone)."""
+        if self._closed or self._source is None:
+            return
+        started = time.monotonic()
+        try:
+            if self._clock is not None:
+                self._clock.close()
+            if self._failures is not None:
+                self._failures.close()
+            keys = self._registry.keys()
+            if keys and self._dispatcher is not None and not self._source.scheduler_lost():
+                self._dispatcher.kill(keys)
+        finally:
+            try:
+                self._source.close()
+            finally:
+                for line in self._source.closing_lines():
+                    self._say(line)
+            self._closed = True
+            if timing.ON:
+                timing.record("cluster_close", getattr(self._source, "teardown_seconds", 0.0))
+        self._say(f"Dask cluster closed in {time.monotonic() - started:.1f} s")

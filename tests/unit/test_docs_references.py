@@ -1,0 +1,137 @@
+"""Docs that cannot drift silently: every ``:mod:``/``:class:``/``:func:``/``:meth:``/
+``:data:`` reference in the package's docstrings and comments resolves to something that
+exists, and every path of this repository named in docs/*.md and README.md exists.
+
+References follow Python's relative imports: ``.x`` is the module ``x`` beside the one
+that names it, ``..x`` one package up; a bare name is looked up in the naming module
+first; anything else must import as written (``distributed.Client``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "snakemake_executor_plugin_dask_slurm"
+ROLE = re.compile(r":(?:mod|class|func|meth|data|attr|exc):`~?!?([^`<>]+?)`")
+#: A path in backticks: a file with an extension we keep, or a folder ending in "/".
+PATH = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|md|sh|txt|toml|yaml|json|cfg)|(?:[\w.-]+/)+)`")
+#: Paths of other projects the docs cite (Snakemake's, distributed's, ...), not ours.
+FOREIGN = (
+    "snakemake/", "distributed/", "deploy/", "dask_jobqueue/", "submitit/", "parsl/",
+    "core/", "crates/", "executors/", "script/", "providers/", "slurm/test_slurm.py",
+    "docs/snakefiles/", "docs/executing/", "historical/", "/etc/", ".snakemake/",
+    "snakemake_interface_executor_plugins/", "common/", "scheduler/",
+    # inside the run directory (README's list), and what a benchmark run writes
+    "logs/", "workers/", "worker-jobs/", "results.json", "results.md", "samples.json",
+)  # fmt: skip
+
+
+def _modules() -> list[Path]:
+    return sorted((ROOT / PACKAGE).rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _in_a_class(module: ModuleType, name: str) -> bool:
+    """A bare ``:meth:`name``` inside a class's docstring: a method of some class here."""
+    return any(
+        isinstance(obj, type) and obj.__module__ == module.__name__ and hasattr(obj, name)
+        for obj in vars(module).values()
+    )
+
+
+def _resolve_in(obj: Any, attrs: list[str]) -> bool:
+    for attr in attrs:
+        if not hasattr(obj, attr):
+            annotations = getattr(obj, "__annotations__", {})
+            fields = getattr(obj, "__dataclass_fields__", {})
+            slots = getattr(obj, "__slots__", ())
+            return attr in annotations or attr in fields or attr in slots
+        obj = getattr(obj, attr)
+    return True
+
+
+def _resolve_absolute(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            module: ModuleType = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        return _resolve_in(module, parts[cut:])
+    return False
+
+
+def resolves(target: str, module_name: str, is_package: bool) -> bool:
+    if target.startswith("."):
+        dots = len(target) - len(target.lstrip("."))
+        base = module_name.split(".")
+        if not is_package:
+            base = base[:-1]
+        base = base[: len(base) - (dots - 1)] if dots > 1 else base
+        return _resolve_absolute(".".join([*base, target.lstrip(".")]))
+    own = importlib.import_module(module_name)
+    if _resolve_in(own, target.split(".")) or ("." not in target and _in_a_class(own, target)):
+        return True
+    return _resolve_absolute(target)
+
+
+def references() -> list[tuple[str, str, bool]]:
+    found = []
+    for path in _modules():
+        name = _module_name(path)
+        for target in ROLE.findall(path.read_text()):
+            found.append((name, target.strip(), path.name == "__init__.py"))
+    return found
+
+
+def test_the_package_has_references_to_check() -> None:
+    assert len(references()) > 20
+
+
+@pytest.mark.parametrize(("module", "target", "is_package"), references())
+def test_every_reference_in_the_package_resolves(
+    module: str, target: str, is_package: bool
+) -> None:
+    assert resolves(target, module, is_package), f"{module}: :...:`{target}` names nothing"
+
+
+def doc_paths() -> list[tuple[str, str]]:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = []
+    for doc in docs:
+        for path in PATH.findall(doc.read_text()):
+            if not path.startswith(FOREIGN) and "*" not in path and "<" not in path:
+                found.append((doc.name, path))
+    return sorted(set(found))
+
+
+def _exists(path: str) -> bool:
+    bases = (ROOT, ROOT / PACKAGE, ROOT / "docs", ROOT / "tests", ROOT / "benchmarks")
+    return any((base / path).exists() for base in bases)
+
+
+@pytest.mark.parametrize(("doc", "path"), doc_paths())
+def test_every_path_the_docs_name_exists(doc: str, path: str) -> None:
+    assert _exists(path), f"{doc} names {path}, which does not exist"
+
+
+def test_the_checks_catch_a_broken_reference_and_path() -> None:
+    assert not resolves(".no_such_module.Thing", f"{PACKAGE}.dispatch.registry", False)
+    assert not resolves("..dispatch.registry.NoSuchClass", f"{PACKAGE}.executor.plugin", False)
+    assert resolves("..dispatch.registry.JobRecord.next_run", f"{PACKAGE}.executor.plugin", False)
+    assert resolves(".registry.JobRecord", f"{PACKAGE}.dispatch.routing", False)
+    assert resolves(".plugin", f"{PACKAGE}.executor", True)
+    assert resolves("JobRecord", f"{PACKAGE}.dispatch.registry", False)
+    assert resolves("distributed.Client", f"{PACKAGE}.dispatch.registry", False)
+    assert not _exists("dispatch/no_such_module.py") and _exists("dispatch/registry.py")

@@ -1,0 +1,172 @@
+"""The worker-job pool's loop against a scripted SLURM and scheduler (tests/slurm_script.py):
+submit after a lasting backlog, see jobs start and their workers join, retire idle ones,
+tell a job that ended under the run, back off and pause after failed submissions, cancel
+everything at the end. Milliseconds; the behaviour on the real test cluster is
+tests/test_slurm_growth.py's."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
+    GROW_AFTER,
+    POLL_SECONDS,
+    Action,
+    GrowthCommands,
+    WorkerJobs,
+)
+from snakemake_executor_plugin_dask_slurm.config import GrowthConfig
+from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
+from tests.slurm_script import ScriptedScheduler, ScriptedSlurm
+
+#: Ticks happen at T0 + x: in the past, so that ending()'s looks (now) come after them.
+T0 = time.time() - 3600
+
+
+class Pool:
+    def __init__(self, tmp_path: Path, max_jobs: int = 2, idle: float = 60.0) -> None:
+        self.slurm = ScriptedSlurm()
+        self.scheduler = ScriptedScheduler()
+        self.said: list[str] = []
+        self.warned: list[str] = []
+        config = GrowthConfig(max_jobs, 1, None, "1:00:00", None, None, (), idle)
+        recipe = WorkerRecipe(
+            python="/p", scheduler_file=str(tmp_path / "s.json"), record_dir=str(tmp_path),
+            log_dir=str(tmp_path / "logs"), local_directory=None, interface=None,
+            srun_args=(), extra_args=(), restarts=0, env=(), job_prefix=True,
+        )  # fmt: skip
+        commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
+        self.jobs = WorkerJobs(
+            config, recipe, tmp_path, "dask-slurm-t", commands,
+            self.said.append, self.warned.append, slurm=self.slurm,
+        )  # fmt: skip
+        self.jobs.prepare()
+        self.jobs.call_scheduler = self.scheduler
+
+    def tick(self, at: float) -> None:
+        self.jobs.tick(T0 + at)
+
+
+def test_prepare_checks_with_test_only_and_learns_the_nodes(tmp_path: Path) -> None:
+    pool = Pool(tmp_path)
+    assert pool.slurm.commands("sbatch")[0][:3] == ["sbatch", "--parsable", "--test-only"]
+    assert pool.jobs.node_cpus == {"n1": 4, "n2": 4, "n3": 8}
+    assert pool.jobs.cpus_per_job == 4.0  # one whole node, counted low
+    assert pool.jobs.offers() == [{"cpus": 4.0}, {"cpus": 8.0}]
+    assert (tmp_path / "worker-jobs" / "worker-job.py").read_text().startswith("#!/p\n")
+
+
+def test_prepare_names_the_options_when_slurm_refuses(tmp_path: Path) -> None:
+    pool = Pool.__new__(Pool)
+    slurm = ScriptedSlurm(refuse="sbatch: error: invalid partition specified: nosuch")
+    config = GrowthConfig(2, 1, None, None, "nosuch", None, (), 60.0)
+    recipe = WorkerRecipe("/p", "/s", "/r", str(tmp_path), None, None, (), (), 0, (), True)
+    jobs = WorkerJobs(
+        config, recipe, tmp_path, "t", GrowthCommands("sbatch", "squeue", "scancel", "sinfo",
+        "srun"), print, print, slurm=slurm,
+    )  # fmt: skip
+    with pytest.raises(DaskSlurmError) as caught:
+        jobs.prepare()
+    assert "invalid partition specified: nosuch" in str(caught.value)
+    assert "--dask-slurm-worker-job-partition nosuch" in str(caught.value)
+    del pool
+
+
+def test_a_lasting_backlog_submits_and_a_job_is_seen_to_start_join_and_retire(
+    tmp_path: Path,
+) -> None:
+    pool = Pool(tmp_path, idle=10.0)
+    pool.scheduler.waiting_cpus = 6.0
+    pool.tick(0)
+    assert pool.slurm.commands("sbatch")[1:] == []  # not before GROW_AFTER
+    pool.tick(GROW_AFTER)
+    submitted = [a for a in pool.slurm.commands("sbatch") if "--test-only" not in a]
+    assert len(submitted) == 2  # 6 CPUs wait, one job brings 4 (counted low)
+    assert pool.said[-1].startswith("submitted worker job(s) 100, 101 (dask-slurm-t)")
+    pool.tick(GROW_AFTER + 1)  # pending jobs count as capacity to come: nothing more
+    assert len([a for a in pool.slurm.commands("sbatch") if "--test-only" not in a]) == 2
+    pool.slurm.start("100", "n2")
+    pool.tick(GROW_AFTER + POLL_SECONDS + 1)
+    assert any(line.startswith("worker job 100 started on n2 after") for line in pool.said)
+    pool.scheduler.workers = {"j100-n2": 3}
+    pool.scheduler.waiting_cpus = 0.0
+    at = GROW_AFTER + POLL_SECONDS + 2
+    pool.tick(at)
+    assert any(
+        line.startswith("worker job 100: 1 worker(s) joined (j100-n2)") for line in pool.said
+    )
+    pool.scheduler.workers = {"j100-n2": 0}  # idle from now on
+    pool.tick(at + 1)
+    pool.tick(at + 12)  # idle 11 s > 10 s: the pending one is cancelled, the idle one retired
+    assert pool.jobs.jobs["101"].action is Action.CANCELLED
+    assert pool.scheduler.retired == [["j100-n2"]]
+    assert pool.jobs.jobs["100"].action is Action.RETIRED
+    pool.slurm.end("100")
+    pool.tick(at + 12 + POLL_SECONDS)
+    assert pool.jobs.jobs["100"].end == "retired" and pool.warned == []
+    summary = pool.jobs.summary()
+    assert summary is not None and summary.startswith("worker jobs: 2 submitted, 1 ran")
+
+
+def test_a_job_that_ends_under_the_run_is_told_once(tmp_path: Path) -> None:
+    pool = Pool(tmp_path)
+    pool.scheduler.waiting_cpus = 2.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)
+    pool.slurm.start("100", "n1")
+    pool.tick(GROW_AFTER + POLL_SECONDS)
+    pool.slurm.end("100", "TIMEOUT")
+    pool.tick(GROW_AFTER + 2 * POLL_SECONDS)
+    pool.tick(GROW_AFTER + 3 * POLL_SECONDS)
+    assert len(pool.warned) == 1
+    assert pool.warned[0].startswith("worker job 100 ended under the run (TIMEOUT) after running")
+    assert pool.jobs.jobs["100"].end == "ended (timeout)"
+
+
+def test_failed_submissions_back_off_then_growth_pauses(tmp_path: Path) -> None:
+    pool = Pool(tmp_path)
+    pool.slurm.refuse = "sbatch: error: QOSMaxSubmitJobPerUserLimit"
+    pool.scheduler.waiting_cpus = 4.0
+    pool.tick(0)
+    at = GROW_AFTER
+    for n in range(1, policy.MAX_FAILURES + 1):
+        pool.tick(at)
+        assert pool.jobs.failures == n
+        at = pool.jobs.next_submission - T0
+    assert pool.jobs.paused and "submissions in a row failed" in pool.warned[-1]
+    assert not pool.jobs.active()  # nothing queued, and growth may not submit any more
+    pool.tick(at + 1000)
+    assert pool.jobs.failures == policy.MAX_FAILURES
+
+
+def test_close_cancels_every_live_job_once_and_waits_until_none_is_listed(
+    tmp_path: Path,
+) -> None:
+    pool = Pool(tmp_path)
+    pool.scheduler.waiting_cpus = 8.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)
+    pool.slurm.start("100", "n1")
+    pool.jobs.close()
+    assert pool.slurm.commands("scancel") == [["scancel", "100", "101"]]
+    assert {j.action for j in pool.jobs.jobs.values()} == {Action.STOPPED}
+    assert all(j.ended is not None for j in pool.jobs.jobs.values())
+    assert pool.warned == []
+
+
+def test_a_job_failing_as_its_worker_job_ends_is_seen_as_lost(tmp_path: Path) -> None:
+    pool = Pool(tmp_path)
+    pool.scheduler.waiting_cpus = 4.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)
+    pool.slurm.start("100", "n3")
+    pool.tick(GROW_AFTER + POLL_SECONDS)
+    assert not pool.jobs.ending("j100-n3", time.time())  # running: an ordinary failure
+    pool.slurm.end("100", "CANCELLED")
+    assert pool.jobs.ending("j100-n3", time.time())
+    assert not pool.jobs.ending("n2", time.time())  # not a worker job's worker
