@@ -359,6 +359,42 @@ def stray_processes(session: str) -> list[str]:
 # -- comparing -----------------------------------------------------------------------------
 
 
+# -- the local pass, recorded once per Snakemake release ------------------------------------
+
+
+def recording_path(version: str) -> Path:
+    return SUITE / f"local-{version}.json"
+
+
+def read_recording(version: str, ids: list[str]) -> PassResult | None:
+    """The local pass recorded for this Snakemake ``version``, if it covers every test of
+    ``ids`` (the local executor's outcomes depend on Snakemake and this machine's packages,
+    not on the plugin)."""
+    path = recording_path(version)
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    tests = data.get("tests", {})
+    if data.get("snakemake") != version or any(t not in tests for t in ids):
+        return None
+    log(
+        f"pass local: recorded for Snakemake {version} on {data.get('recorded', '?')} "
+        f"({path.relative_to(REPO)}); --rerun-local runs it instead"
+    )
+    return PassResult("local", 0.0, 0, tests={t: tests[t] for t in ids})
+
+
+def write_recording(version: str, run: PassResult) -> None:
+    path = recording_path(version)
+    kept = {
+        test: {k: v for k, v in record.items() if k in ("outcome", "duration", "message")}
+        for test, record in sorted(run.tests.items())
+    }
+    data = {"snakemake": version, "recorded": time.strftime("%Y-%m-%d"), "tests": kept}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    log(f"pass local: recorded in {path.relative_to(REPO)}")
+
+
 def short(test: str) -> str:
     return test.split("::", 1)[1] if test.startswith(TEST_FILE + "::") else test
 
@@ -498,7 +534,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--selection", type=Path, default=SUITE / "selection.txt")
     ap.add_argument("--expected", type=Path, default=SUITE / "expected_failures.txt")
     ap.add_argument("--quiet", action="store_true", help="print only one line per test")
+    ap.add_argument(
+        "--rerun-local",
+        action="store_true",
+        help="run the local pass even when it is recorded for this Snakemake version",
+    )
+    ap.add_argument(
+        "--record-local",
+        action="store_true",
+        help="run the local pass and record it for this Snakemake version (whole selection)",
+    )
     args = ap.parse_args(argv)
+    if args.record_local and args.only:
+        ap.error("--record-local records the whole selection: not with --only")
 
     python = sys.executable
     version = snakemake_version(python)
@@ -525,6 +573,13 @@ def main(argv: list[str] | None = None) -> int:
     for name in passes:
         if not ids:
             break
+        if name == "local" and not (args.rerun_local or args.record_local):
+            recorded = read_recording(version, ids)
+            if recorded is not None:
+                runs[name] = recorded
+                continue
+            log(f"pass local: no recording for Snakemake {version}: running it (record it "
+                "with --record-local to save this time in every later run)")  # fmt: skip
         runs[name] = run_pass(
             name,
             python,
@@ -537,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
             args.jobs,
             args.quiet,
         )
+    if args.record_local and "local" in runs and not runs["local"].problem:
+        write_recording(version, runs["local"])
     log(f"both passes: {time.monotonic() - started:.0f} s; results in {out_dir}")
     return compare(ids, missing, expected, runs, min_local, only=bool(args.only))
 
