@@ -50,6 +50,8 @@ class RunConfig:
     growth: GrowthConfig | None = None
     #: Settings this mode cannot honour, each a sentence saying it is ignored and why.
     warnings: tuple[str, ...] = ()
+    #: Seconds without a heartbeat after which a worker counts as stopped (Dask's worker-ttl).
+    worker_ttl: float = 30.0
 
 
 #: Most worker jobs at once with --dask-slurm-cluster sbatch unless set.
@@ -68,6 +70,18 @@ class GrowthConfig:
     account: str | None
     sbatch_args: tuple[str, ...]
     idle_seconds: float
+    #: sbatch mode: every worker comes from worker jobs (they cannot be turned off).
+    only_source: bool = False
+
+    @property
+    def way_out(self) -> str:
+        """What a user can do instead of fixing the worker jobs' settings."""
+        if self.only_source:
+            return (
+                "or run inside an allocation (salloc or an sbatch script) without "
+                "--dask-slurm-cluster sbatch"
+            )
+        return "or run without --dask-slurm-worker-jobs"
 
 
 def resolve_growth(settings: ExecutorSettings, cluster: str) -> GrowthConfig | None:
@@ -105,6 +119,7 @@ def resolve_growth(settings: ExecutorSettings, cluster: str) -> GrowthConfig | N
         account=settings.worker_job_account,
         sbatch_args=_split("--dask-slurm-sbatch-args", settings.sbatch_args),
         idle_seconds=float(settings.worker_job_idle),
+        only_source=cluster == "sbatch",
     )
 
 
@@ -236,6 +251,7 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
     _check_positive("--dask-slurm-workers", settings.workers)
     _check_positive("--dask-slurm-cpus", settings.cpus)
     _check_positive("--dask-slurm-startup-timeout", settings.startup_timeout)
+    _check_positive("--dask-slurm-worker-ttl", settings.worker_ttl)
     for option, value in (
         ("--dask-slurm-landing-margin", settings.landing_margin),
         ("--dask-slurm-runtime-margin", settings.runtime_margin),
@@ -277,6 +293,7 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         insecure=settings.insecure,
         landing_margin=float(settings.landing_margin),
         runtime_margin=float(settings.runtime_margin),
+        worker_ttl=float(settings.worker_ttl),
         tls_files=tuple(  # type: ignore[arg-type]
             str(p) if p else None
             for p in (settings.tls_ca_file, settings.tls_cert, settings.tls_key)

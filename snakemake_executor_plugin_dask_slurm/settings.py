@@ -182,6 +182,17 @@ class ExecutorSettings(ExecutorSettingsBase):
             "env_var": True,
         },
     )
+    worker_ttl: int = field(
+        default=30,
+        metadata={
+            "help": "Seconds a Dask worker may go without a heartbeat before the run treats "
+            "it as stopped (a hung node, a stopped process): no job goes to it any more, it "
+            "is ended where it runs, and its jobs run again elsewhere once their processes "
+            "are gone. Dask's worker-ttl, at least 10 heartbeats (5 s with up to 10 "
+            "workers). Not for --dask-slurm-cluster attach (the scheduler is not ours).",
+            "env_var": True,
+        },
+    )
     runtime_margin: int = field(
         default=30,
         metadata={

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import signal
 import subprocess
 import time
@@ -40,6 +41,23 @@ def copies(workdir: Path) -> dict[int, list[Copy]]:
     for copy in found.values():
         by_job[copy.job].append(copy)
     return dict(by_job)
+
+
+def interrupted(workdir: Path) -> set[int]:
+    """The jobs of which a copy started and did not end (they were running at a fault)."""
+    return {job for job, runs in copies(workdir).items() if any(not c.ended for c in runs)}
+
+
+def lost_lines(output: str, worker: str) -> list[tuple[int, int]]:
+    """The plugin's one line per lost worker named ``worker`` (a regular expression):
+    (running jobs run again, waiting jobs moved) of each."""
+    found = []
+    for line in output.splitlines():
+        if re.search(rf"dask-slurm: worker {worker} (was killed|exited|stopped|is gone)", line):
+            running = re.search(r"(\d+) running job\(s\) run again elsewhere", line)
+            waiting = re.search(r"(\d+) waiting job\(s\) moved to other workers", line)
+            found.append((int(running[1]) if running else 0, int(waiting[1]) if waiting else 0))
+    return found
 
 
 def check_outputs(workdir: Path, count: int, steps: int, skip: tuple[int, ...] = ()) -> None:

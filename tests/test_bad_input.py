@@ -98,7 +98,7 @@ CASES = {
     ),
     "worker-option-unknown": Case(
         ("--dask-slurm-worker-args=--bogus-option 1",),
-        ("does not accept --bogus-option",),
+        ("--dask-slurm-worker-args: 'dask worker' does not accept --bogus-option",),
     ),
     "worker-args-unbalanced-quote": Case(
         ("--dask-slurm-worker-args=--memory-limit '4GB",),
@@ -153,7 +153,24 @@ CASES = {
             "--dask-slurm-startup-timeout",
             "3",
         ),
-        ("later.json does not exist or holds no address after 3 s",),
+        ("The scheduler file", "later.json does not exist after 3 s"),
+    ),
+    "attach-scheduler-file-not-json": Case(
+        ("--dask-slurm-cluster", "attach", "--dask-slurm-scheduler-file", "bad.json"),
+        ("Cannot attach with the scheduler file", "bad.json: it is not JSON"),
+        within=10,
+        prepare=lambda path: (path / "bad.json").write_text("this is { not json") and None,
+    ),
+    "attach-scheduler-file-without-address": Case(
+        ("--dask-slurm-cluster", "attach", "--dask-slurm-scheduler-file", "noaddr.json"),
+        ("noaddr.json: it holds no scheduler address",),
+        within=10,
+        prepare=lambda path: (path / "noaddr.json").write_text('{"id": 1}') and None,
+    ),
+    "attach-scheduler-file-in-no-directory": Case(
+        ("--dask-slurm-cluster", "attach", "--dask-slurm-scheduler-file", "nodir/s.json"),
+        ("nodir/s.json: its directory", "does not exist"),
+        within=10,
     ),
     "address-outside-attach": Case(
         ("--dask-slurm-scheduler-address", "tcp://127.0.0.1:8786"),

@@ -164,7 +164,11 @@ def test_a_large_round_with_mixed_requests_runs_every_job(workflow: Workflow) ->
 
 
 def interrupt_sleepers(
-    workflow: Workflow, sig: signal.Signals, target: Callable[[int], int] = lambda pid: pid
+    workflow: Workflow,
+    sig: signal.Signals,
+    target: Callable[[int], int] = lambda pid: pid,
+    count: int = 2,
+    *extra: str,
 ) -> tuple[int, str, float]:
     """Start two long jobs; once both run, send ``sig`` to ``target(snakemake's pid)``.
 
@@ -175,11 +179,12 @@ def interrupt_sleepers(
         "--executor",
         "dask-slurm",
         "--jobs",
-        "3",
+        str(count + 1),
+        *extra,
         "--config",
         f"token={workflow.token}",
         "seconds=60",
-        "count=2",
+        f"count={count}",
     ]
     proc = subprocess.Popen(
         argv,
@@ -228,14 +233,20 @@ def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> N
 
 
 @pytest.mark.workflow("sleepers")
-def test_sigterm_stops_running_jobs_within_seconds(workflow: Workflow) -> None:
+def test_sigterm_stops_running_jobs_within_seconds_with_one_message(workflow: Workflow) -> None:
     # SLURM's time limit: SIGTERM, then SIGKILL KillWait (30 s) later. Snakemake alone
-    # would wait for the 60 s jobs.
-    code, output, took = interrupt_sleepers(workflow, signal.SIGTERM)
+    # would wait for the 60 s jobs. Two CPUs, six jobs handed over: two run, four wait.
+    code, output, took = interrupt_sleepers(
+        workflow, signal.SIGTERM, lambda pid: pid, 6, "--dask-slurm-cpus", "2"
+    )
     assert code != 0, output
     assert took < 20, f"took {took:.1f} s to stop"
-    assert "SIGTERM received: stopping running jobs" in output
-    assert "rule sleeper" in output
+    assert (
+        "SIGTERM received: the run stops; 2 running job(s) were stopped (Snakemake removes "
+        "what they wrote), 4 waiting job(s) never started. Run the same command again"
+    ) in output, output
+    assert "Error in rule" not in output, output
+    assert not list((workflow.path / "out").glob("slept*.txt"))
     rerun_completes(workflow)
 
 

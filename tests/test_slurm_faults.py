@@ -23,7 +23,9 @@ from tests.appenders import (
     alive,
     check_never_two_at_once,
     check_outputs,
+    interrupted,
     kill_worker_when_busy,
+    lost_lines,
     sleeping_in,
     started,
     worker_pids,
@@ -83,7 +85,10 @@ def test_a_killed_worker_on_a_node_costs_no_output(
         assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
         code, output = finish(proc)
     assert code == 0, output
-    assert "was running on n3 when that worker died" in output, output
+    lines = lost_lines(output, "n3")
+    assert len(lines) == 1 and lines[0][0] == len(interrupted(workdir)), (lines, output)
+    detail = (workdir / ".snakemake/dask-slurm/logs/plugin.log").read_text()
+    assert "was running on n3 when that worker died" in detail, detail
     check_outputs(workdir, COUNT, STEPS)
     check_never_two_at_once(workdir)
     record = (workdir / ".snakemake/dask-slurm/workers").glob("n3-*.json")

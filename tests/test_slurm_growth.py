@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.appenders import lost_lines
 from tests.conftest import VENV_BIN
 from tests.waiting import eventually, still_running
 
@@ -229,7 +230,13 @@ def test_scancel_of_a_running_worker_job_loses_no_job(
     out = finish(proc, slurm_cluster, 240)
     assert proc.returncode == 0, out
     assert f"worker job {victim} ended under the run" in out, out
-    assert "Running it again on another worker" in out, out
+    # One line for its worker: the jobs it ran (at most its 4 CPUs' worth) run again, each
+    # told as running in the detail log, the others as waiting.
+    lines = lost_lines(out, f"j{victim}-n\\d")
+    assert len(lines) == 1 and 1 <= lines[0][0] <= 4, (lines, out)
+    detail = (workdir / ".snakemake/dask-slurm/logs/plugin.log").read_text()
+    assert detail.count(f"was running on j{victim}-") == lines[0][0], detail
+    assert detail.count(f"was waiting, not started, on j{victim}-") == lines[0][1], detail
     check_outputs(workdir, 40, 4)
     assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)
 

@@ -3,6 +3,7 @@ never stops it."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,34 @@ from .security import AttachSecurity
 
 if TYPE_CHECKING:
     from distributed import Client
+
+
+#: A scheduler file younger than this may still be being written: not judged yet.
+WRITING_GRACE = 2.0
+
+
+def file_problem(path: Path, now: float) -> str | None:
+    """Why ``path`` can never be a usable scheduler file, or None if it may still become
+    one (it does not exist yet, or was written in the last ``WRITING_GRACE`` seconds)."""
+    if not path.parent.is_dir():
+        return f"its directory {path.parent} does not exist"
+    try:
+        text = path.read_text()
+        written = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return f"it cannot be read ({e.strerror or e})"
+    if now - written < WRITING_GRACE:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return "it is not JSON, so not a file a Dask scheduler wrote"
+    address = data.get("address") if isinstance(data, dict) else None
+    if not isinstance(address, str) or not address:
+        return 'it holds no scheduler address (no "address" key)'
+    return None
 
 
 def _allowed_failures(dask_scheduler: Any) -> int:
@@ -48,21 +77,31 @@ class AttachCluster(ClusterSource):
 
     def _address(self) -> str:
         """The address given, or the one in the scheduler file: waited for while the file
-        does not exist yet (a scheduler still starting), at most the start-up timeout."""
+        does not exist yet in a directory that does (a scheduler still starting), at most
+        the start-up timeout; any other bad file fails at once (:func:`file_problem`)."""
         if self.address:
             return self.address
-
-        assert self.scheduler_file is not None
+        path = self.scheduler_file
+        assert path is not None
         deadline = Deadline(self.timeout)
-        while not (address := read_scheduler_file(self.scheduler_file)):
+        while True:
+            address = read_scheduler_file(path)
+            if address:
+                return address
+            problem = file_problem(path, time.time())
+            if problem:
+                raise DaskSlurmError(
+                    f"Cannot attach with the scheduler file {path}: {problem}. Name the file "
+                    "your scheduler writes ('dask scheduler --scheduler-file FILE'), or its "
+                    "address with --dask-slurm-scheduler-address."
+                )
             if deadline.expired:
                 raise DaskSlurmError(
-                    f"The scheduler file {self.scheduler_file} does not exist or holds no "
-                    f"address after {self.timeout:.0f} s. Start the scheduler first (e.g. "
-                    f"'dask scheduler --scheduler-file {self.scheduler_file}') or fix the path."
+                    f"The scheduler file {path} does not exist after {self.timeout:.0f} s. "
+                    f"Start the scheduler first (e.g. 'dask scheduler --scheduler-file "
+                    f"{path}') or fix the path."
                 )
             time.sleep(0.1)
-        return address
 
     def start(self) -> Client:
         address = self._address()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import DaskSlurmError
 from ..report.hints import dashboard_hint
+from ..worker.supervisor import Swept
 from .security import PlainTcp, RunSecurity
 
 if TYPE_CHECKING:
@@ -84,9 +85,15 @@ class ClusterSource(ABC):
         plugin did not start."""
         return None
 
-    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
-        """End every process of ``keys`` left where ``worker`` ran; None if it cannot
-        be done, else what was done."""
+    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
+        """End every process of ``keys`` left where ``worker`` ran: what was done and which
+        of ``keys`` had processes; None if it cannot be done."""
+        return None
+
+    def end_worker(self, name: str, pid: int | None) -> str | None:
+        """End a worker that stopped answering (its process ``pid`` where it runs), so that
+        its supervisor ends its jobs and records it: what was done, or None if it cannot
+        be done from here."""
         return None
 
     def future_offers(self) -> list[dict[str, float]]:

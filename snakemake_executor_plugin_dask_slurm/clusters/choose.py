@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..config import RunConfig
@@ -128,22 +127,6 @@ def _make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSo
     return cluster
 
 
-def check_run_dir(run_dir: Path) -> None:
-    """Fail at once, naming the path and the reason, if the run directory is unusable
-    (the scheduler file and every log go there)."""
-    probe = run_dir / f".write-test-{os.getpid()}"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise DaskSlurmError(
-            f"Cannot use {run_dir} as the plugin's run directory (scheduler file and logs): "
-            f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}. Choose a "
-            "directory you can write that the nodes can read, with --dask-slurm-run-dir."
-        ) from None
-
-
 def make_worker_jobs(
     config: RunConfig,
     source: ClusterSource,
@@ -164,7 +147,7 @@ def make_worker_jobs(
         worker_recipe(config, Paths.of(config), sys.executable, os.getpid(), source.security),
         job_prefix=True,
     )
-    check_plan(None, [sample_worker_argv(recipe)])
+    check_plan(None, [sample_worker_argv(recipe)], config.worker_args)
     jobs = WorkerJobs(config.growth, recipe, config.run_dir, name, GrowthCommands.find(), say, warn)
     jobs.prepare()
     return jobs

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from ..config import RunConfig
-from ..worker.supervisor import sweep
+from ..worker.supervisor import Swept, end_worker, sweep
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_local
@@ -37,9 +37,18 @@ class LocalProcessCluster(ProcessCluster):
         cluster.dashboard_bind = config.dashboard_address
         return cluster
 
-    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
         """The workers run on this machine: end the jobs' processes from here."""
-        return f"the plugin ended {sweep(keys)} process(es) of them on this machine"
+        killed, running = sweep(keys)
+        return Swept(
+            f"the plugin ended {killed} process(es) of them on this machine", tuple(running)
+        )
+
+    def end_worker(self, name: str, pid: int | None) -> str | None:
+        """The workers run on this machine: end a silent one from here."""
+        if pid is None:
+            return None
+        return f"worker {name} (pid {pid}) {end_worker(pid)} on this machine"
 
     def summary(self) -> list[str]:
         logs = self.spec.scheduler.log_path.parent

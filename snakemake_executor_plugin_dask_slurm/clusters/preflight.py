@@ -103,19 +103,30 @@ def _missing(help_text: str, wanted: Sequence[str]) -> list[str]:
     return [option for option in wanted if option not in known]
 
 
+#: What the user knows each module as.
+_COMMAND = {
+    SCHEDULER_MODULE: "dask scheduler",
+    WORKER_MODULE: "dask worker",
+    SUPERVISOR_MODULE: "dask worker",
+}
+
+
 def check_dask_cli(
     python: str,
     scheduler_options: Sequence[str],
     worker_options: Sequence[str],
     timeout: float,
     worker_module: str = WORKER_MODULE,
+    user_worker_options: Sequence[str] = (),
 ) -> None:
     """Check that ``python`` can run Dask's scheduler and worker with these options.
 
     Options are names such as ``--nworkers`` (``commands.dask_option_names`` extracts them
     from a built command). Pass ``worker_module=SUPERVISOR_MODULE`` for the plugin's workers:
     its ``--worker-help`` is Dask's worker help reached through the plugin's supervisor, so it also
-    proves the plugin is importable there. Each ``--help`` runs once per interpreter.
+    proves the plugin is importable there. Each ``--help`` runs once per interpreter. An
+    option of ``user_worker_options`` (--dask-slurm-worker-args) the worker does not accept
+    is blamed on that setting, not on the installation.
     """
     wanted = {SCHEDULER_MODULE: scheduler_options, worker_module: worker_options}
     # Both at once: each --help imports distributed, about a second apiece.
@@ -125,27 +136,41 @@ def check_dask_cli(
     if failures:  # both, when both failed: they can fail for different reasons
         raise PreflightError("\n".join(dict.fromkeys(str(e) for e in failures)))
     texts = {module: future.result() for module, future in futures.items()}
+    missing = {m: _missing(texts[m], options) for m, options in wanted.items()}
+    users = [o for o in missing[worker_module] if o in user_worker_options]
+    if users:
+        raise PreflightError(
+            f"--dask-slurm-worker-args: 'dask worker' does not accept {', '.join(users)} "
+            f"(the Dask installed for {python}). Check the option against 'dask worker "
+            "--help', or leave it out."
+        )
     problems = [
-        f"'{module}' does not accept {', '.join(missing)}"
-        for module, options in wanted.items()
-        if (missing := _missing(texts[module], options))
+        f"'{_COMMAND.get(module, module)}' does not accept {', '.join(options)}"
+        for module, options in missing.items()
+        if options
     ]
     if problems:
         raise PreflightError(
             f"The Dask installed for {python} does not accept options the plugin passes: "
             f"{'; '.join(problems)}. Its distributed is probably older or newer than the "
-            f"plugin supports (2026.8 to <2027), or an extra option was misspelt. "
-            f"{_install_hint(python, WORKER_MODULE)}"
+            f"plugin supports (2026.8 to <2027). {_install_hint(python, WORKER_MODULE)}"
         )
 
 
-def check_plan(scheduler_argv: Sequence[str] | None, worker_argvs: Sequence[Sequence[str]]) -> None:
+def check_plan(
+    scheduler_argv: Sequence[str] | None,
+    worker_argvs: Sequence[Sequence[str]],
+    user_worker_args: Sequence[str] = (),
+) -> None:
     """The one preflight of a plan: this interpreter's ``dask scheduler`` accepts every
     option of ``scheduler_argv`` (None: no scheduler of ours), and ``dask worker``, reached
-    through the plugin's supervisor, every option of the ``worker_argvs``."""
+    through the plugin's supervisor, every option of the ``worker_argvs``, each once; an
+    option of ``user_worker_args`` (--dask-slurm-worker-args) it refuses is named as the
+    setting's."""
     scheduler = dask_option_names(scheduler_argv) if scheduler_argv else ()
     options = dict.fromkeys(o for argv in worker_argvs for o in dask_option_names(argv))
     workers = (*options, "--name") if options else ()  # --name: the supervisor adds it
     check_dask_cli(
-        sys.executable, scheduler, workers, PREFLIGHT_TIMEOUT, worker_module=SUPERVISOR_MODULE
-    )
+        sys.executable, scheduler, workers, PREFLIGHT_TIMEOUT,
+        worker_module=SUPERVISOR_MODULE, user_worker_options=dask_option_names(user_worker_args),
+    )  # fmt: skip

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
+from ..report.hints import blame_setting
 from ..worker.scheduler_preload import CLOSE_WORKERS_HANDLER
 from ..worker.waiting import Deadline, wait_until
 from .base import ClusterSource, close_client, connect, dashboard_line, worker_count
@@ -97,16 +98,19 @@ class ProcessCluster(ClusterSource):
             )
         for proc in self.workers:
             if proc.status is not Status.running:
+                tail = proc.tail()
+                hint = blame_setting(tail, self.spec.user_settings) or self.worker_hint()
                 raise DaskSlurmError(
                     f"The {proc.name} {proc.exit_description()} before all workers "
                     f"registered ({count} of {self.expected_workers}). Its log "
-                    f"({proc.log_path}) ends with:\n{proc.tail()}\n{self.worker_hint()}"
+                    f"({proc.log_path}) ends with:\n{tail}\n{hint}"
                 )
 
     def preflight(self) -> None:
         """Check, before anything starts, that this interpreter's Dask accepts every option
         the plan passes (:func:`.preflight.check_plan`)."""
-        check_plan(self.scheduler.argv, [worker.argv for worker in self.workers])
+        workers = [worker.argv for worker in self.workers]
+        check_plan(self.scheduler.argv, workers, self.spec.user_worker_args)
 
     def scheduler_lost(self) -> bool:
         return self.scheduler.status is Status.exited

@@ -64,6 +64,21 @@ class ClusterSpec:
     record_dir: Path
     restarts_workers: bool
     description: str
+    #: --dask-slurm-worker-args and --dask-slurm-srun-args: a bad option is blamed on its
+    #: setting (the preflight, a worker step that does not start).
+    user_worker_args: tuple[str, ...] = ()
+    user_srun_args: tuple[str, ...] = ()
+
+    @property
+    def user_settings(self) -> dict[str, tuple[str, ...]]:
+        return {
+            name: args
+            for name, args in (
+                ("--dask-slurm-worker-args", self.user_worker_args),
+                ("--dask-slurm-srun-args", self.user_srun_args),
+            )
+            if args
+        }
 
 
 @dataclass(frozen=True)
@@ -117,11 +132,13 @@ def scheduler_spec(
         dashboard_address=dashboard_address(config),
         extra_args=("--preload", SCHEDULER_PRELOAD_MODULE, *security.scheduler_args()),
     )
+    # A worker silent for this long is removed (then ended: see executor/failures.py).
+    ttl = ("DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL", f"{config.worker_ttl:g}s")
     return ProcessSpec(
         "Dask scheduler",
         tuple(scheduler_command(python, opts)),
         paths.logs / "scheduler.log",
-        ((OWNER_VARIABLE, str(owner_pid)), *security.env()),
+        ((OWNER_VARIABLE, str(owner_pid)), ttl, *security.env()),
     )
 
 
@@ -186,6 +203,7 @@ def plan_local(
         config.nanny,
         f"local Dask cluster: {nworkers} worker process(es) x {nthreads} thread(s) on "
         f"this machine ({cpus} CPUs from {cpus_source}{memory})",
+        config.worker_args,
     )
 
 
@@ -336,6 +354,8 @@ def plan_srun(
         config.nanny,
         f"srun Dask cluster in SLURM job {alloc.job_id}: {layout.total_workers} "
         f"worker(s) on {len(alloc.nodes)} node(s) in {len(layout.groups)} srun step(s)",
+        config.worker_args,
+        config.srun_args,
     )
 
 

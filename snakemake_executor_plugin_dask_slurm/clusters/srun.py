@@ -22,6 +22,7 @@ from ..slurm.allocation import Allocation
 from ..slurm.layout import WorkerLayout, plan_layout
 from ..slurm.run import (
     Slurm,
+    end_worker_on_node,
     find_slurm_commands,
     node_of_worker,
     read_granted_allocation,
@@ -30,6 +31,7 @@ from ..slurm.run import (
     sweep_node,
 )
 from ..slurm.states import allocation_ended
+from ..worker.supervisor import Swept
 from .network import check_bindable, choose_scheduler_host
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
@@ -107,12 +109,19 @@ class SrunCluster(ProcessCluster):
             return None
         state = scontrol_job_state(self.scontrol, self.alloc.job_id, JOB_STATE_TIMEOUT)
         ended = allocation_ended(self.alloc.job_id, state) if state else None
-        return f"{ended}, and its Dask workers with it" if ended else None
+        return f"{ended}. Its Dask workers ended with it" if ended else None
 
-    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
         """End the processes of ``keys`` on ``worker``'s node with a one-task srun step."""
         node = node_of_worker(worker, self.alloc.nodes)
         return sweep_node(Slurm(), self.srun, sys.executable, node, keys) if node else None
+
+    def end_worker(self, name: str, pid: int | None) -> str | None:
+        """End a silent worker on its node with a one-task srun step."""
+        node = node_of_worker(name, self.alloc.nodes)
+        if node is None or pid is None:
+            return None
+        return end_worker_on_node(Slurm(), self.srun, sys.executable, node, pid)
 
     def worker_hint(self) -> str:
         return (

@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the workers to confirm a kill request, or for the scheduler.
 KILL_TIMEOUT = 5.0
+#: How the scheduler's stimulus id starts when it removes a worker for silence (distributed
+#: 2026.8, ``Scheduler.check_worker_ttl``).
+TTL_STIMULUS = "check-worker-ttl"
 
 
 class SubmitFailed(Exception):
@@ -75,12 +78,16 @@ class Dispatcher:
         self,
         client: Client,
         notify: Callable[[], None],
-        on_worker_removed: Callable[[str], None] = lambda address: None,
+        on_worker_removed: Callable[[WorkerRef, bool], None] = lambda worker, silent: None,
     ):
         self.client = client
         self._notify = notify
         self._on_worker_removed = on_worker_removed
         self._pending: set[str] = set()
+        #: Keys that ended as lost with their worker, and of those the ones whose job is
+        #: known to have run there (an outcome of it came after all).
+        self._lost: set[str] = set()
+        self._ran: set[str] = set()
         self._finished: collections.deque[Finished] = collections.deque()
         self._lock = threading.Lock()
         #: address -> (name, pid) of every live worker
@@ -135,11 +142,24 @@ class Dispatcher:
         if timing.ON:
             timing.record("noticed", finished.key, time.time())
         with self._lock:
-            if finished.key not in self._pending:
-                return  # already finished otherwise (e.g. it ended as its worker died)
-            self._pending.discard(finished.key)
+            key = finished.key
+            if key not in self._pending:
+                if key not in self._lost or not (finished.ok or finished.outcome):
+                    return  # already finished otherwise (e.g. cancelled)
+                # Its worker was lost, then the job's own outcome arrived: it ran. A success
+                # is one (the job ended, nothing runs it again yet); a failure only says so.
+                self._ran.add(key)
+                if not finished.ok:
+                    return
+            self._pending.discard(key)
+            if finished.lost_on is not None:
+                self._lost.add(key)
             self._finished.append(finished)
         self._notify()
+
+    def ran(self, key: str) -> bool:
+        """Whether the job of ``key``, lost with its worker, is known to have run there."""
+        return key in self._ran
 
     def _on_job_event(self, event: tuple[float, Any]) -> None:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
@@ -157,11 +177,13 @@ class Dispatcher:
             return None
         name, pid = self._workers.pop(address, (address, None))
         lost = WorkerRef(name, pid)
+        # Dask removes a worker that missed its heartbeats for worker-ttl (stopped, hung).
+        silent = str(msg.get("stimulus_id", "")).startswith(TTL_STIMULUS)
+        problem = f"its Dask worker {name} {'stopped answering' if silent else 'died'}"
         for key in msg.get("processing-tasks") or ():
-            problem = f"its Dask worker {name} died"
             self._finish(Finished(str(key), False, problem=problem, lost_on=lost))
         if not msg.get("expected"):
-            self._on_worker_removed(address)
+            self._on_worker_removed(lost, silent)
         self._notify()
         return None
 
@@ -217,20 +239,20 @@ class Dispatcher:
         logger.debug("killed on workers: %s", killed)
         return {key for answer in killed.values() if isinstance(answer, list) for key in answer}
 
-    def stop(self, keys: list[str]) -> None:
+    def stop(self, keys: list[str]) -> set[str]:
         """Kill the jobs, let the killed ones end (each is then reported: killed), and
         cancel the rest: queued tasks, and tasks whose worker is gone (a broken cluster),
         so that every job is reported at once, none waits out the kill's grace period
-        for a worker that will never answer."""
+        for a worker that will never answer. Returns the keys that were running."""
         running = self.kill(keys)
         wait_until(lambda: not self._pending.intersection(running), KILL_GRACE_SECONDS + 2.0)
         with self._lock:
             left = [key for key in keys if key in self._pending]
-        if not left:
-            return
-        self.cancel(left)
-        for key in left:
-            self._finish(Finished(key, False, problem="its Dask task was cancelled"))
+        if left:
+            self.cancel(left)
+            for key in left:
+                self._finish(Finished(key, False, problem="its Dask task was cancelled"))
+        return running
 
     def cancel(self, keys: list[str]) -> None:
         """Make the scheduler forget these tasks, fire-and-forget ones too (``force``)."""

@@ -127,7 +127,7 @@ class AllocationClock:
         margin: float,
         refresh: Callable[[], float | None] | None,
         registry: JobRegistry,
-        stop_jobs: Callable[[list[str]], None],
+        stop_jobs: Callable[[list[str]], set[str] | None],
         exit_gracefully: Callable[[], None],
         warn: Callable[[str], None],
     ):
@@ -150,7 +150,7 @@ class AllocationClock:
         env: Mapping[str, str],
         margins: tuple[float, float],
         registry: JobRegistry,
-        stop_jobs: Callable[[list[str]], None],
+        stop_jobs: Callable[[list[str]], set[str] | None],
         exit_gracefully: Callable[[], None],
         say: Callable[[str], None],
         warn: Callable[[str], None],

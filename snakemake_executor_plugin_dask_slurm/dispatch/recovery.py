@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report.messages import LOST_TWICE, lost_job_message, unconfirmed_verdict
+from ..worker.supervisor import Swept
 from .outcomes import WorkerRef
 
 logger = logging.getLogger(__name__)
@@ -75,11 +76,19 @@ class Verdict:
 
 
 def decide(
-    label: str, key: str, worker: str, gone: Gone | None, lost_on: list[str], stop: str | None
+    label: str,
+    key: str,
+    worker: str,
+    gone: Gone | None,
+    lost_on: list[str],
+    stop: str | None,
+    ran: bool = False,
 ) -> Verdict:
     """Run a dead worker's job again, or fail it (pure; ``lost_on`` is updated: the
-    workers that died while it ran)."""
-    running = gone is not None and key in gone.record.get("jobs_left_running", ())
+    workers that died while it ran). It was running there when its processes were found
+    (``gone``'s record), or ``ran`` says so (its own outcome came after its worker was
+    lost)."""
+    running = ran or (gone is not None and key in gone.record.get("jobs_left_running", ()))
     if running:
         lost_on.append(worker)
     how = f"it {gone.worker_exit}, and {gone.how}" if gone else None
@@ -112,7 +121,7 @@ class Recovery:
     def __init__(
         self,
         record_dir: Path | None,
-        sweep: Callable[[str, Sequence[str]], str | None],
+        sweep: Callable[[str, Sequence[str]], Swept | None],
         on_gone: Callable[[WorkerRef, list[str], Gone | None], None],
         on_worker_removed: Callable[[], None],
         confirm_timeout: float = CONFIRM_TIMEOUT,
@@ -173,8 +182,9 @@ class Recovery:
                 self._call(callback)
             for entry, gone in batches:
                 if gone is None:  # no record in time: end them another way
-                    how = self._sweep(entry.worker.name, entry.keys)
-                    gone = Gone(how) if how else None
+                    swept = self._sweep(entry.worker.name, entry.keys)
+                    if swept is not None:
+                        gone = Gone(swept.how, {"jobs_left_running": list(swept.running)})
                 self._call(self._on_gone, entry.worker, entry.keys, gone)
             if not (batches or removed or calls):
                 time.sleep(POLL_INTERVAL)

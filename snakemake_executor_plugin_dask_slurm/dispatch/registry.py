@@ -77,20 +77,20 @@ Refusal = tuple[SubmittedJobInfo, str]
 
 @dataclass(frozen=True)
 class HandedOver:
-    """:meth:`JobRegistry.replace`: the job runs again under its new key."""
+    """:meth:`JobRegistry.resubmit`: the job runs again under its new key."""
 
 
 @dataclass(frozen=True)
 class NotRerun:
-    """:meth:`JobRegistry.replace`: the run stops (``reason``), or the job was forgotten
-    meanwhile (``reason`` empty: a cancel reports it)."""
+    """:meth:`JobRegistry.resubmit`: the run stops (``reason``): the job is not registered
+    any more, and its caller fails it."""
 
     reason: str
 
 
 @dataclass(frozen=True)
 class NotTaken:
-    """:meth:`JobRegistry.replace`: Dask did not take it (unregistered, to be failed)."""
+    """:meth:`JobRegistry.resubmit`: Dask did not take it (unregistered, to be failed)."""
 
     refusals: list[Refusal]
 
@@ -178,17 +178,27 @@ class JobRegistry:
                 lost.append((record.info, f"{job_label(record.job)} {reason}\n"))
         return lost
 
-    def replace(
+    def claim_for_rerun(self, key: str) -> JobRecord | None:
+        """Take ``key`` out of the registry to run its job again (its outputs are removed
+        next, so nothing else may report it meanwhile: a late success of its lost copy then
+        finds it gone). None when the run stops or the job was reported or forgotten."""
+        with self._lock:
+            if self.stop_reason:
+                return None
+            return self._jobs.pop(key, None)
+
+    def resubmit(
         self,
         record: JobRecord,
         spec: TaskSpec,
         submit: Callable[[list[tuple[TaskSpec, dict[str, float]]]], None],
     ) -> Replaced:
-        """Run a registered job again as ``spec`` (its next run, see
-        :meth:`JobRecord.next_run`), under ``spec.key``."""
+        """Register a claimed job (:meth:`claim_for_rerun`) again as ``spec`` (its next
+        run, :meth:`JobRecord.next_run`) and submit it. Not when the run began to stop
+        meanwhile: the caller then fails it (nobody else knows of it)."""
         with self._lock:
-            if self.stop_reason or self._jobs.pop(record.key, None) is None:
-                return NotRerun(self.stop_reason or "")
+            if self.stop_reason:
+                return NotRerun(self.stop_reason)
             record.spec = spec
             record.reruns += 1
             self._jobs[spec.key] = record

@@ -12,6 +12,7 @@ the allocation's end, which then says so once for every job.
 from __future__ import annotations
 
 import enum
+import signal
 from dataclasses import dataclass
 
 from .outcomes import Finished
@@ -33,8 +34,8 @@ class Route(enum.Enum):
     #: No outcome (cancelled, or lost with the scheduler): is the cluster broken? Then the
     #: run's failure covers it; else it failed.
     CHECK_CLUSTER = "check the cluster, then fail"
-    #: Killed by a signal the plugin did not send: did SLURM end the allocation? Then the
-    #: run's failure covers it; else it failed.
+    #: Killed by a signal the plugin did not send (or its shell said so: 143): did SLURM end
+    #: the allocation? Then the run's failure covers it; else it failed.
     ASK_ALLOCATION = "ask whether the allocation ended"
     #: It failed: tell Snakemake, with its message.
     FAILED = "failed"
@@ -68,6 +69,18 @@ def route(finished: Finished, state: RunState) -> Route:
         return Route.ASK_WORKER_JOB
     if finished.outcome is None:
         return Route.CHECK_CLUSTER
-    if finished.outcome.returncode < 0 and not state.stopping:
+    if killed_by_a_signal(finished.outcome.returncode) and not state.stopping:
         return Route.ASK_ALLOCATION
     return Route.FAILED
+
+
+#: The signals SLURM sends the processes of an allocation it ends (and a node's end).
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGKILL, signal.SIGHUP)
+#: A shell whose command was killed by one of them exits with 128 + its number.
+_SHELL_CODES = frozenset(128 + int(s) for s in _ENDING_SIGNALS)
+
+
+def killed_by_a_signal(returncode: int) -> bool:
+    """Whether a job's exit says a signal of the kind SLURM sends ended it: killed by a
+    signal (negative), or its shell reporting that of its command (143 for SIGTERM)."""
+    return returncode < 0 or returncode in _SHELL_CODES

@@ -12,10 +12,12 @@ run stops, is the registry's to say, under its lock.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..clusters.base import ClusterSource
@@ -28,13 +30,32 @@ from ..dispatch.registry import (
     HandedOver,
     JobRecord,
     JobRegistry,
-    NotRerun,
     NotTaken,
     Refusal,
     counts_by_rule,
 )
 from ..dispatch.routing import Route, RunState, route
-from ..report.messages import failure_message, job_label
+from ..report.messages import failure_message, job_label, lost_worker_line
+
+#: The detail log: what each job of a lost worker did, and how it was ended.
+detail = logging.getLogger("snakemake_executor_plugin_dask_slurm.detail")
+detail.propagate = False  # only into the run's file (see open_detail_log)
+
+
+def open_detail_log(path: Path) -> logging.Handler:
+    """Send the detail log to ``path`` (appended); the handler, to close at the end."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    detail.addHandler(handler)
+    detail.setLevel(logging.INFO)
+    return handler
+
+
+def close_detail_log(handler: logging.Handler) -> None:
+    detail.removeHandler(handler)
+    handler.close()
+
 
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5
@@ -69,6 +90,7 @@ class Failures:
         startup_timeout: float,
         listeners: Listeners,
         say: Say,
+        detail_log: str = "",
     ):
         self.registry = registry
         self.source = source
@@ -78,6 +100,10 @@ class Failures:
         self.listeners = listeners
         self.say = say
         self._next_health_check = 0.0
+        #: Workers removed for silence: how each was ended ("" until it was).
+        self._silent: dict[tuple[str, int | None], str] = {}
+        #: Where each job's own words about a lost worker go (see report.messages).
+        self.detail_log = detail_log
         self.recovery = Recovery(
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
@@ -98,9 +124,9 @@ class Failures:
         )
         way = route(finished, state)
         if way is Route.SUCCEEDED:
-            registry.pop(finished.key)
-            assert record is not None
-            self.snakemake.succeeded(record.info)
+            popped = registry.pop(finished.key)
+            if popped is not None:  # not claimed for a rerun meanwhile
+                self.snakemake.succeeded(popped.info)
         elif way is Route.LOST:
             assert finished.lost_on is not None
             self.recovery.lost(finished.key, finished.lost_on)  # stays registered
@@ -200,18 +226,31 @@ class Failures:
         for record in left.values():
             self.snakemake.failed(record.info, msg=f"stopped: {reason}")
 
-    def stop_jobs(self, keys: list[str]) -> None:
-        """Kill those jobs; each is then reported failed (blocks a few seconds)."""
+    def stop_jobs(self, keys: list[str]) -> set[str] | None:
+        """Kill those jobs; each is then reported failed (blocks a few seconds). The keys
+        that were running (None: not known, the scheduler is gone)."""
         if self.source.scheduler_lost():
             self.source.stop_workers()  # their supervisors end the jobs
-        else:
-            self.dispatcher.stop(keys)
+            return None
+        return self.dispatcher.stop(keys)
 
     # -- a worker died ---------------------------------------------------------------------
 
-    def worker_removed(self) -> None:
-        """A worker left the scheduler unexpectedly (Dask's event thread)."""
+    def worker_removed(self, worker: WorkerRef, silent: bool) -> None:
+        """(Dask's event thread) A worker left the scheduler unexpectedly. One that stopped
+        answering (Dask's worker-ttl) is ended at once where it runs, so that its
+        supervisor ends its jobs and records it: they run again elsewhere within seconds,
+        never while a copy may still run."""
+        if silent:
+            self._silent[worker.name, worker.pid] = ""
+            self.recovery.call(lambda: self._end(worker))
         self.recovery.worker_removed()
+
+    def _end(self, worker: WorkerRef) -> None:
+        """(Recovery thread) End a worker that stopped answering."""
+        how = self.source.end_worker(worker.name, worker.pid)
+        self._silent[worker.name, worker.pid] = how or "it could not be ended from here"
+        detail.info("worker %s (pid %s) stopped answering: %s", worker.name, worker.pid, how)
 
     def _on_worker_removed(self) -> None:
         """(Recovery thread) Did the allocation end under the workers?"""
@@ -222,26 +261,46 @@ class Failures:
 
     def _on_gone(self, worker: WorkerRef, keys: list[str], gone: Gone | None) -> None:
         """(Recovery thread) The jobs of a dead worker: their processes are gone (or
-        could not be ended): run each again elsewhere, or fail it."""
+        could not be ended): run each again elsewhere, or fail it. One line says what
+        happened to the worker and its jobs; each job's own words go to the detail log
+        (a failed job's also to Snakemake)."""
         self._on_worker_removed()
         self.check_cluster(force=True)  # no worker left to run them again?
+        running = waiting = 0
+        failed: list[JobRecord] = []
         for key in keys:
             record = self.registry.get(key)
-            if record is None or self.registry.fatal:  # cancelled, or left to _fail_run
+            if record is None or self.registry.fatal:  # reported, or left to _fail_run
                 continue
+            stop = self.registry.stop_reason
             verdict = decide(
-                job_label(record.job), key, worker.name, gone, record.lost_on,
-                self.registry.stop_reason,
+                job_label(record.job), key, worker.name, gone, record.lost_on, stop,
+                ran=self.dispatcher.ran(key),
             )  # fmt: skip
+            detail.info(verdict.message.strip())
             if verdict.rerun:
-                self.say.info(verdict.message)
-                self._rerun(record)
+                running += verdict.running
+                waiting += not verdict.running
+                self._rerun(key)
             elif self.registry.pop(key) is not None:
+                if stop:  # the run's own closing message covers it
+                    self.registry.quiet([key])
+                failed.append(record)
                 self.snakemake.failed(record.info, msg=verdict.message)
+        if running or waiting or failed:
+            self.say.warn(
+                lost_worker_line(
+                    worker.name, self._silent.pop((worker.name, worker.pid), None), gone,
+                    running, waiting, len(failed), self.detail_log,
+                )
+            )  # fmt: skip
 
-    def _rerun(self, record: JobRecord) -> None:
+    def _rerun(self, key: str) -> None:
         """Run a lost job again, as the same Snakemake attempt, under a new task key,
         after removing what its dead copy wrote."""
+        record = self.registry.claim_for_rerun(key)
+        if record is None:
+            return  # reported meanwhile (a late success), or the run stops: not again
         job = record.job
         try:
             self.snakemake.async_run(job.remove_existing_output())
@@ -249,21 +308,16 @@ class Failures:
                 for f in (*job.output, *job.log):
                     f.prepare()
         except Exception as e:
-            if self.registry.pop(record.key) is not None:
-                self.snakemake.failed(
-                    record.info, msg=f"{job_label(job)} could not be run again: {e}\n"
-                )
+            self.snakemake.failed(
+                record.info, msg=f"{job_label(job)} could not be run again: {e}\n"
+            )
             return
-        outcome = self.registry.replace(record, record.next_run(), self.dispatcher.submit_many)
+        outcome = self.registry.resubmit(record, record.next_run(), self.dispatcher.submit_many)
         if isinstance(outcome, HandedOver):
             self.listeners.handed_over([record])
         elif isinstance(outcome, NotTaken):
             self.report_refused(outcome.refusals)
-        elif (
-            isinstance(outcome, NotRerun)
-            and outcome.reason  # the run stops ("": it was cancelled and forgotten)
-            and self.registry.pop(record.key) is not None
-        ):
+        else:
             self.snakemake.failed(
                 record.info, msg=f"{job_label(job)} was not run again: {outcome.reason}\n"
             )

@@ -26,7 +26,8 @@ from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from ..clusters.base import ClusterSource, started_lines, worker_offers
-from ..clusters.choose import check_run_dir, local_worker_cpus, make_source
+from ..clusters.choose import local_worker_cpus, make_source
+from ..clusters.run_dir import check_run_dir, claim_run_dir, release_run_dir
 from ..config import RunConfig, resolve
 from ..dispatch.admission import Capacity
 from ..dispatch.dispatcher import Dispatcher
@@ -34,13 +35,14 @@ from ..dispatch.intake import Intake
 from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
 from ..dispatch.landing import AllocationClock
 from ..dispatch.listeners import Listeners
-from ..dispatch.outcomes import Finished
+from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
 from ..report.hints import run_speed_hint
+from ..report.messages import stopped_line
 from ..worker import timing
 from . import signals
-from .failures import Failures, Say, Snakemake
+from .failures import Failures, Say, Snakemake, close_detail_log, open_detail_log
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
@@ -49,6 +51,8 @@ STATUS_INTERVAL = 1.0
 #: so that the first tasks of a large round start at once.
 CHUNK_JOBS = 64
 CHUNK_SECONDS = 0.02
+#: In the run directory's logs/: what the plugin decided about lost workers' jobs, each.
+DETAIL_LOG = "plugin.log"
 
 
 class Executor(RemoteExecutor):
@@ -149,9 +153,12 @@ class Executor(RemoteExecutor):
             self._start(source)
 
     def _start(self, source: ClusterSource) -> None:
+        self._claim = claim_run_dir(self.config.run_dir)  # one run's files at a time
+        detail_log = self.config.run_dir / "logs" / DETAIL_LOG
+        self._detail = open_detail_log(detail_log)
         self._say(f"starting {source.description}")
-        client = source.start()  # stops what it started if it fails
         try:
+            client = source.start()  # stops what it started if it fails
             offers = worker_offers(client)
             capacity = Capacity.from_workers(offers + source.future_offers())
             said, warnings = started_lines(source)
@@ -164,9 +171,13 @@ class Executor(RemoteExecutor):
             hint = run_speed_hint(now.rate, now.scheduler, now.subsample, nodes, cpus)
             if hint:  # only where a setting the user chose still caps throughput
                 self._say(f"hint: {hint}")
-            dispatcher = Dispatcher(client, self._wake, lambda _address: self._on_removed())
+            dispatcher = Dispatcher(client, self._wake, self._on_removed)
         except BaseException:
-            source.close()
+            try:
+                source.close()
+            finally:
+                close_detail_log(self._detail)
+                release_run_dir(self._claim)
             raise
         self._source, self._dispatcher = source, dispatcher
         if timing.ON:
@@ -178,7 +189,7 @@ class Executor(RemoteExecutor):
         )
         failures = Failures(
             self._registry, source, dispatcher, snakemake, self.config.startup_timeout,
-            self._listeners, say,
+            self._listeners, say, str(detail_log),
         )  # fmt: skip
         margins = (self.config.landing_margin, self.config.runtime_margin)
         self._clock = AllocationClock.for_run(
@@ -270,11 +281,11 @@ class Executor(RemoteExecutor):
 
         Snakemake's own handler only stops scheduling and waits for running jobs, which at
         a time limit would outlast SLURM's KillWait."""
-        self._warn("SIGTERM received: stopping running jobs")
         keys = self._registry.begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
+        self._registry.quiet(keys)  # one closing message, not one per job
         call_snakemakes_handler()  # Snakemake: schedule nothing more
-        if self._failures is not None:
-            self._failures.stop_jobs(keys)
+        running = self._failures.stop_jobs(keys) if self._failures is not None else set()
+        self._warn(stopped_line("SIGTERM received", keys, running))
 
     # -- completion (the status thread) ----------------------------------------------------
 
@@ -284,11 +295,11 @@ class Executor(RemoteExecutor):
             with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to wake
                 loop.call_soon_threadsafe(event.set)
 
-    def _on_removed(self) -> None:
+    def _on_removed(self, worker: WorkerRef, silent: bool) -> None:
         """A worker left the scheduler unexpectedly (Dask's event thread)."""
         self._wake()
         if self._failures is not None:
-            self._failures.worker_removed()
+            self._failures.worker_removed(worker, silent)
 
     async def sleep(self) -> None:
         if self._wake_event is None:
@@ -368,6 +379,8 @@ class Executor(RemoteExecutor):
             try:
                 self._source.close()
             finally:
+                close_detail_log(self._detail)
+                release_run_dir(self._claim)
                 for line in self._source.closing_lines():
                     self._say(line)
             self._closed = True

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -60,3 +63,16 @@ def dashboard_hint(
         f"Dask dashboard: http://127.0.0.1:{port}/status on {here} (loopback only); from "
         f"your laptop run '{tunnel}', then open http://localhost:{port}/status"
     )
+
+
+def blame_setting(said: str, settings: Mapping[str, Sequence[str]]) -> str | None:
+    """When a command's complaint (``said``) names an option that one of the user's
+    settings passed (``settings``: setting name -> the arguments it gave), the sentence
+    saying so; None otherwise."""
+    for setting, args in settings.items():
+        options = {a.split("=", 1)[0] for a in args if a.startswith("-")}
+        named = sorted(o for o in options if re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", said))
+        if named:
+            given = shlex.quote(shlex.join(args))
+            return f"{', '.join(named)} came from {setting} {given}: fix or remove it there."
+    return None

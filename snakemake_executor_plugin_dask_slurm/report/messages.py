@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ..worker.proctree import JOB_MARKER, describe_exit
@@ -63,6 +64,56 @@ def lost_job_message(
     where = f"was running on {worker}" if was_running else f"was waiting, not started, on {worker}"
     ended = f": {how}" if how else ""
     return f"{label} {where} when that worker died{ended}. {verdict}\n"
+
+
+def lost_worker_line(
+    worker: str,
+    silent: str | None,
+    gone: Any,
+    running: int,
+    waiting: int,
+    failed: int,
+    detail_log: str,
+) -> str:
+    """The one line about a worker lost with jobs: which, why, how its jobs' processes were
+    ended, and how many of its jobs run again (were running), moved (were waiting) or
+    failed. ``silent``: how a worker that stopped answering was ended (None: it died);
+    ``gone``: the recovery's :class:`..dispatch.recovery.Gone`, None if its jobs'
+    processes could not be made sure to have ended."""
+    if silent is not None:
+        why = f"worker {worker} stopped answering (no heartbeat) and was ended ({silent})"
+    elif gone is not None and gone.record.get("exit"):
+        why = f"worker {worker} {gone.worker_exit}"
+    else:
+        why = f"worker {worker} is gone"
+    ended = f"; {gone.how}" if gone is not None else "; its jobs' processes could not be ended"
+    counts = [
+        f"{running} running job(s) run again elsewhere" if running else "",
+        f"{waiting} waiting job(s) moved to other workers" if waiting else "",
+        f"{failed} failed (below)" if failed else "",
+    ]
+    where = f" (each job: {detail_log})" if detail_log else ""
+    return f"{why}{ended}: {', '.join(c for c in counts if c)}{where}"
+
+
+def stopped_line(why: str, keys: Sequence[str], running: set[str] | None) -> str:
+    """The one closing message of a run stopped at once (SIGTERM): how many of its jobs
+    were running (stopped, their outputs removed by Snakemake) and how many waiting (never
+    started); ``running`` None when the workers could not be asked."""
+    if not keys:
+        return f"{why}: the run stops; no job was running."
+    if running is None:
+        counts = f"its {len(keys)} job(s) were stopped with their workers"
+    else:
+        started = len(running)
+        counts = (
+            f"{started} running job(s) were stopped (Snakemake removes what they wrote), "
+            f"{len(keys) - started} waiting job(s) never started"
+        )
+    return (
+        f"{why}: the run stops; {counts}. Run the same command again to continue: "
+        "Snakemake redoes only what is missing."
+    )
 
 
 def unconfirmed_verdict(worker: str, key: str) -> str:

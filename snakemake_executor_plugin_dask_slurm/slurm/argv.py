@@ -59,10 +59,11 @@ def srun_step_command(
 
 
 def sweep_step_command(
-    node: str, python: str, keys: Sequence[str], srun: str, job_id: str | None = None
+    node: str, python: str, args: Sequence[str], srun: str, job_id: str | None = None
 ) -> list[str]:
-    """One task on ``node`` that ends every process of the jobs ``keys`` still running
-    there (see :func:`..worker.supervisor.sweep`): for a worker that died with its supervisor.
+    """One task on ``node`` that runs the supervisor with ``args``: ``--sweep KEY...`` ends
+    every process of those jobs still running there (see :func:`..worker.supervisor.sweep`:
+    for a worker that died with its supervisor), ``--end-worker PID`` a silent worker.
     ``job_id``: a step of that job (a worker job's node), not of this allocation."""
     return [
         srun,
@@ -78,8 +79,7 @@ def sweep_step_command(
         python,
         "-m",
         SUPERVISOR_MODULE,
-        "--sweep",
-        *keys,
+        *args,
     ]
 
 

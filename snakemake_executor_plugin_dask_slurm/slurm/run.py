@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import DaskSlurmError
+from ..worker.supervisor import END_WORKER, SWEEP, Swept, parse_sweep
 from .allocation import Allocation, parse_node_memory, read_allocation, with_node_memory
 from .argv import sweep_step_command
 from .states import GONE, parse_job_state
@@ -234,15 +235,32 @@ def node_of_worker(worker: str, nodes: Sequence[str]) -> str | None:
 
 def sweep_node(
     slurm: Slurm, srun: str, python: str, node: str, keys: Sequence[str], job_id: str | None = None
-) -> str | None:
+) -> Swept | None:
     """End every process of the jobs ``keys`` left on ``node``, with a one-task srun step
-    (in the allocation this process runs in, or in ``job_id``): what was done, or None if
-    the step failed (logged)."""
-    argv = sweep_step_command(node, python, keys, srun, job_id)
+    (in the allocation this process runs in, or in ``job_id``): what was done and which
+    jobs had processes, or None if the step failed (logged)."""
+    argv = sweep_step_command(node, python, [SWEEP, *keys], srun, job_id)
     try:
         said = slurm.run(argv, SWEEP_TIMEOUT)
     except SlurmCommandError as e:
         logger.warning("dask-slurm: ending the jobs' processes on %s failed: %s", node, e)
         return None
     where = f"in worker job {job_id} on {node}" if job_id else f"on {node}"
-    return f"an srun step {where} ended them ({said.strip()})"
+    found = parse_sweep(said)
+    if found is None:
+        return Swept(f"an srun step {where} ended them ({said.strip()})")
+    return Swept(f"an srun step {where} ended {found[0]} process(es) of them", found[1])
+
+
+def end_worker_on_node(
+    slurm: Slurm, srun: str, python: str, node: str, pid: int, job_id: str | None = None
+) -> str | None:
+    """End the Dask worker ``pid`` on ``node`` with a one-task srun step (see
+    :func:`..worker.supervisor.end_worker`): what was done, or None if the step failed."""
+    argv = sweep_step_command(node, python, [END_WORKER, str(pid)], srun, job_id)
+    try:
+        said = slurm.run(argv, SWEEP_TIMEOUT)
+    except SlurmCommandError as e:
+        logger.warning("dask-slurm: ending the worker %s on %s failed: %s", pid, node, e)
+        return None
+    return f"an srun step on {node}: worker pid {pid} {said.strip() or '?'}"

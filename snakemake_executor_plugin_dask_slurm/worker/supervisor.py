@@ -39,6 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from . import proctree
 from .environment import job_environment
@@ -229,22 +230,55 @@ def say(message: str) -> None:
 
 #: ``python -m ...supervisor --sweep KEY...``: end every process of those jobs on this node.
 SWEEP = "--sweep"
+#: ``python -m ...supervisor --end-worker PID``: end a Dask worker that stopped answering.
+END_WORKER = "--end-worker"
 
 
-def sweep(keys: Sequence[str]) -> int:
+class Swept(NamedTuple):
+    """How the processes of a dead worker's jobs were ended, and which jobs had any."""
+
+    how: str
+    running: tuple[str, ...] = ()
+
+
+def parse_sweep(said: str) -> tuple[int, tuple[str, ...]] | None:
+    """What a ``--sweep`` printed: (processes ended, keys that had any), or None."""
+    try:
+        data = json.loads(said.strip().splitlines()[-1])
+        return int(data["ended"]), tuple(str(k) for k in data["running"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+
+
+def sweep(keys: Sequence[str]) -> tuple[int, list[str]]:
     """SIGKILL every live process (and what it started) whose job marker is one of
-    ``keys``, until none is left; how many were killed."""
+    ``keys``, until none is left: how many were killed, and the keys that had any."""
     killed: set[int] = set()
+    running: set[str] = set()
     for _ in range(50):
         table = proctree.scan()
         found = proctree.processes_of_jobs(keys, table)
         if not found:
             break
+        running.update(found.values())
         victims = [p for p in proctree.descendants(found, table) if table[p].alive]
         proctree.send(victims, signal.SIGKILL)
         killed.update(victims)
         time.sleep(0.02)
-    return len(killed)
+    return len(killed), sorted(running)
+
+
+def end_worker(pid: int) -> str:
+    """SIGKILL the Dask worker ``pid`` (only if that pid is a Dask worker: a pid can be
+    reused), so that its supervisor ends its jobs and writes its record."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return "gone"
+    if WORKER_MODULE not in cmdline:
+        return "gone"  # the pid is some other process's now
+    proctree.send([pid], signal.SIGKILL)
+    return "killed"
 
 
 #: ``python -m ...supervisor --worker-help``: Dask's worker help, reached through this
@@ -257,7 +291,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args == [WORKER_HELP]:
         os.execv(sys.executable, [sys.executable, "-m", WORKER_MODULE, "--help"])
     if args[:1] == [SWEEP]:
-        print(f"{sweep(args[1:])} process(es) ended")
+        killed, running = sweep(args[1:])
+        print(json.dumps({"ended": killed, "running": running}))
+        return
+    if args[:1] == [END_WORKER] and len(args) == 2 and args[1].isdigit():
+        print(end_worker(int(args[1])))
         return
     opts = parse_args(args)
     sys.exit(Supervisor(opts, os.environ).run())

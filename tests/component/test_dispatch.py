@@ -12,7 +12,7 @@ from distributed import Client
 from distributed.client import ClosedClientError
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher, SubmitFailed
-from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished, WorkerRef
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 from tests.waiting import eventually
 
@@ -167,3 +167,33 @@ def test_stop_does_not_wait_for_tasks_no_worker_can_run(client: Client, tmp_path
     assert time.monotonic() - started < 2, "stop waited out the kill's grace period"
     assert all((r.problem or "").startswith("its Dask task was cancelled") for r in results)
     assert not list(tmp_path.glob("*.started"))
+
+
+def test_a_silent_workers_removal_and_late_outcomes_of_its_jobs(
+    client: Client, tmp_path: Path
+) -> None:
+    """The scheduler removes a worker for silence (its stimulus says worker-ttl); then the
+    outcomes of its jobs arrive after all: a success counts, a failure says it ran."""
+    woken = threading.Event()
+    removed: list[tuple[WorkerRef, bool]] = []
+    dispatcher = Dispatcher(client, woken.set, lambda w, silent: removed.append((w, silent)))
+    # tasks no worker can run (a resource nobody has): they stay pending
+    dispatcher.submit_many([(spec(tmp_path, k, "true"), {"nodes": 1}) for k in ("a", "b")])
+    event = {
+        "action": "remove-worker", "worker": "tls://10.0.0.2:4000", "expected": False,
+        "processing-tasks": ["a", "b"], "stimulus_id": "check-worker-ttl-1764600000.0",
+    }  # fmt: skip
+    dispatcher._on_scheduler_event((0.0, event))
+    assert removed == [(WorkerRef("tls://10.0.0.2:4000", None), True)]
+    lost = dispatcher.drain()
+    assert [(f.key, f.ok, f.problem) for f in lost] == [
+        ("a", False, "its Dask worker tls://10.0.0.2:4000 stopped answering"),
+        ("b", False, "its Dask worker tls://10.0.0.2:4000 stopped answering"),
+    ]
+    outcome = {"returncode": -15, "host": "n2", "started": 1.0, "finished": 2.0, "tail": ""}
+    dispatcher._on_job_event((0.0, {"key": "a", "ok": True, "seconds": 1.0}))
+    dispatcher._on_job_event((0.0, {"key": "b", "ok": False, "outcome": outcome}))
+    dispatcher._on_job_event((0.0, {"key": "c", "ok": True, "seconds": 1.0}))  # never ours
+    assert [(f.key, f.ok) for f in dispatcher.drain()] == [("a", True)]
+    assert dispatcher.ran("a") and dispatcher.ran("b") and not dispatcher.ran("c")
+    dispatcher.cancel(["a", "b"])

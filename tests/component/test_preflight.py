@@ -63,8 +63,21 @@ def test_through_the_supervisor_the_plugin_and_dask_are_both_checked() -> None:
     check_dask_cli(
         PY, SCHEDULER_OPTIONS, WORKER_OPTIONS, timeout=60, worker_module=SUPERVISOR_MODULE
     )
-    with pytest.raises(PreflightError, match=f"'{SUPERVISOR_MODULE}' does not accept --bogus"):
+    with pytest.raises(PreflightError, match="'dask worker' does not accept --bogus"):
         check_dask_cli(PY, (), ("--bogus",), timeout=60, worker_module=SUPERVISOR_MODULE)
+
+
+def test_an_option_of_the_users_worker_args_is_blamed_on_that_setting_once() -> None:
+    from snakemake_executor_plugin_dask_slurm.clusters.preflight import check_plan
+
+    user = ("--bogus-flag", "1")
+    steps = [[*WORKER_ARGV, *user], [*WORKER_ARGV, *user]]  # two srun steps, one option
+    with pytest.raises(PreflightError) as caught:
+        check_plan(SCHEDULER_ARGV, steps, user)
+    assert str(caught.value) == (
+        f"--dask-slurm-worker-args: 'dask worker' does not accept --bogus-flag (the Dask "
+        f"installed for {PY}). Check the option against 'dask worker --help', or leave it out."
+    )
 
 
 @pytest.mark.parametrize(
@@ -73,18 +86,17 @@ def test_through_the_supervisor_the_plugin_and_dask_are_both_checked() -> None:
         (
             ("--no-such-option",),
             (),
-            "'distributed.cli.dask_scheduler' does not accept --no-such-option. ",
+            "'dask scheduler' does not accept --no-such-option. ",
         ),
         (
             ("--host",),
             ("--nthreads", "--nprocs", "--bogus"),
-            "'distributed.cli.dask_worker' does not accept --nprocs, --bogus. ",
+            "'dask worker' does not accept --nprocs, --bogus. ",
         ),
         (
             ("--nworkers", "--host"),
             ("--nworkers", "--port"),
-            "'distributed.cli.dask_scheduler' does not accept --nworkers; "
-            "'distributed.cli.dask_worker' does not accept --port. ",
+            "'dask scheduler' does not accept --nworkers; 'dask worker' does not accept --port. ",
         ),
     ],
 )
@@ -96,7 +108,7 @@ def test_unknown_options_are_named(
     assert str(caught.value) == (
         f"The Dask installed for {PY} does not accept options the plugin passes: {named}"
         "Its distributed is probably older or newer than the plugin supports (2026.8 to "
-        "<2027), or an extra option was misspelt. Install Dask's distributed in that "
+        "<2027). Install Dask's distributed in that "
         f"environment ('{PY} -m pip install \"distributed>=2026.8\"'), or point the plugin "
         "at an interpreter that has it."
     )

@@ -77,32 +77,36 @@ def test_take_all_forgets_every_job_and_can_silence_their_failures(tmp_path: Pat
     assert registry.is_quiet("thin-1") and not registry.is_quiet("thin-3")
 
 
-def test_replace_runs_a_job_again_under_a_new_key_unless_the_run_stops(tmp_path: Path) -> None:
+def test_a_rerun_claims_the_job_then_registers_it_under_a_new_key(tmp_path: Path) -> None:
     registry = JobRegistry()
     record = entry(tmp_path, 1, 1)
     registry.hand_over([record], lambda i: None, lambda t: None)
+    assert registry.claim_for_rerun("thin-1") is record
+    assert registry.pop("thin-1") is None  # a late success of the lost copy finds it gone
     again = record.next_run()
     assert (again.key, again.log_path) == ("thin-1-r1", str(tmp_path / "thin-1.rerun1.log"))
     sent: list[Any] = []
-    assert registry.replace(record, again, sent.append) == HandedOver()
+    assert registry.resubmit(record, again, sent.append) == HandedOver()
     assert registry.keys() == ["thin-1-r1"] and sent == [[(again, {"cpus": 1})]]
     assert record.reruns == 1 and record.next_run().key == "thin-1-r2"
-    registry.begin_stop("cancelled")
-    assert registry.replace(record, record.next_run(), sent.append) == NotRerun("cancelled")
-    assert registry.keys() == ["thin-1-r1"]  # still registered: the caller fails it
 
 
-def test_replace_of_a_forgotten_job_does_nothing(tmp_path: Path) -> None:
+def test_no_rerun_once_the_run_stops(tmp_path: Path) -> None:
     registry = JobRegistry()
     record = entry(tmp_path, 1, 1)
     registry.hand_over([record], lambda i: None, lambda t: None)
-    registry.pop(record.key)
-    sent: list[Any] = []
-    assert registry.replace(record, record.next_run(), sent.append) == NotRerun("")
-    assert sent == [] and registry.keys() == []
+    assert registry.claim_for_rerun("thin-1") is record
+    registry.begin_stop("cancelled")  # between the claim and the resubmission
+    assert registry.resubmit(record, record.next_run(), lambda t: None) == NotRerun("cancelled")
+    assert registry.keys() == []  # the caller fails it
+    registry2 = JobRegistry()
+    registry2.hand_over([entry(tmp_path, 2, 1)], lambda i: None, lambda t: None)
+    registry2.begin_stop("SIGTERM")
+    assert registry2.claim_for_rerun("thin-2") is None
+    assert registry2.keys() == ["thin-2"]  # still registered: the stop reports it
 
 
-def test_replace_reports_what_dask_did_not_take(tmp_path: Path) -> None:
+def test_a_claimed_job_dask_does_not_take_is_reported(tmp_path: Path) -> None:
     registry = JobRegistry()
     record = entry(tmp_path, 1, 1)
     registry.hand_over([record], lambda i: None, lambda t: None)
@@ -110,7 +114,8 @@ def test_replace_reports_what_dask_did_not_take(tmp_path: Path) -> None:
     def refuse(tasks: list[Any]) -> None:
         raise SubmitFailed([t[0].key for t in tasks], RuntimeError("gone"))
 
-    lost = registry.replace(record, record.next_run(), refuse)
+    assert registry.claim_for_rerun("thin-1") is record
+    lost = registry.resubmit(record, record.next_run(), refuse)
     assert isinstance(lost, NotTaken) and lost.refusals[0][0] is record.info
     assert registry.keys() == []
 

@@ -105,3 +105,29 @@ def test_speed_hint_wants_a_subsample_for_unlimited_jobs() -> None:
     hint = speed_hint("greedy", None, 100000.0, 16, subsample=None)
     assert hint is not None and "greedy job scheduler over every ready job (quadratic)" in hint
     assert speed_hint("greedy", None, 100000.0, 16, subsample=500) is None
+
+
+@pytest.mark.parametrize(
+    ("said", "settings", "expected"),
+    [
+        (
+            "srun: unrecognized option '--bogus'\nTry \"srun --help\"",
+            {"--dask-slurm-srun-args": ("--bogus", "--mem=0")},
+            "--bogus came from --dask-slurm-srun-args '--bogus --mem=0': fix or remove it there.",
+        ),
+        (
+            "sbatch: error: invalid --qos=nosuch",
+            {"--dask-slurm-sbatch-args": ("--qos=nosuch",)},
+            "--qos came from --dask-slurm-sbatch-args --qos=nosuch: fix or remove it there.",
+        ),
+        # an option the user did not give, or a longer one that only starts alike
+        ("srun: unrecognized option '--mem-bind'", {"--dask-slurm-srun-args": ("--mem=0",)}, None),
+        ("anything", {}, None),
+    ],
+)
+def test_blame_setting(
+    said: str, settings: dict[str, tuple[str, ...]], expected: str | None
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.report.hints import blame_setting
+
+    assert blame_setting(said, settings) == expected

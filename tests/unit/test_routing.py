@@ -15,6 +15,8 @@ OK = Finished("k", True, seconds=1.0)
 EXIT_1 = Finished("k", False, outcome=TaskOutcome(1, "n2", 0.0, 1.0, "boom"), on=ON)
 TERMINATED = Finished("k", False, outcome=TaskOutcome(-15, "n2", 0.0, 1.0, ""), on=ON)
 KILLED = Finished("k", False, outcome=TaskOutcome(-9, "n2", 0.0, 1.0, ""), on=ON)
+SHELL_143 = Finished("k", False, outcome=TaskOutcome(143, "n2", 0.0, 1.0, "Terminated"), on=ON)
+EXIT_2 = Finished("k", False, outcome=TaskOutcome(2, "n2", 0.0, 1.0, ""), on=ON)
 CANCELLED = Finished("k", False, problem="its Dask task was cancelled")
 LOST = Finished("k", False, problem="its Dask worker n2 died", lost_on=ON)
 
@@ -60,10 +62,13 @@ FORGOTTEN = RunState(registered=False)
         # a signal the plugin did not send: did SLURM end the allocation?
         (TERMINATED, RUNNING, Route.ASK_ALLOCATION),
         (KILLED, RUNNING, Route.ASK_ALLOCATION),
+        (SHELL_143, RUNNING, Route.ASK_ALLOCATION),  # its shell: "Terminated", exit 143
+        (SHELL_143, STOPPING, Route.FAILED),
         # ... the plugin's own stop sent it: an ordinary failure, told as stopped
         (TERMINATED, STOPPING, Route.FAILED),
         # it failed
         (EXIT_1, RUNNING, Route.FAILED),
+        (EXIT_2, RUNNING, Route.FAILED),
         (EXIT_1, STOPPING, Route.FAILED),
     ],
 )

@@ -11,7 +11,7 @@ PY = "/venv/bin/python"
 
 
 def test_sweep_step_command() -> None:
-    assert sweep_step_command("n3", PY, ["k1", "k2"], "srun") == [
+    assert sweep_step_command("n3", PY, ["--sweep", "k1", "k2"], "srun") == [
         *("srun", "--overlap", "--nodes=1", "--ntasks=1", "--nodelist=n3"),
         *("--cpus-per-task=1", "--input=none", "--export=ALL", "--job-name=dask-slurm-sweep"),
         *(

@@ -88,7 +88,10 @@ def test_the_local_plan() -> None:
         "--record-dir", "/work/run/workers", "--restarts",
     )  # fmt: skip
     assert "cpus=2,mem_mb=4000" in spec.workers[0].argv
-    assert spec.scheduler.env == (("DASK_SLURM_OWNER_PID", "7"),)
+    assert spec.scheduler.env == (
+        ("DASK_SLURM_OWNER_PID", "7"),
+        ("DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL", "30s"),
+    )
     assert spec.description.startswith("local Dask cluster: 2 worker process(es) x 2 thread(s)")
 
 
@@ -124,7 +127,10 @@ def test_plain_tcp_adds_nothing_and_tls_names_files_only() -> None:
     layout = plan_layout(alloc, None)
     plain = plan_srun(config(), alloc, layout, None, "srun", PY, 1, PlainTcp())
     assert not any("tls" in arg for p in (plain.scheduler, *plain.workers) for arg in p.argv)
-    assert plain.scheduler.env == (("DASK_SLURM_OWNER_PID", "1"),)
+    assert plain.scheduler.env == (
+        ("DASK_SLURM_OWNER_PID", "1"),
+        ("DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL", "30s"),
+    )
     security = RunCredentials(Path("/r/tls-h-1"))
     tls = plan_srun(config(), alloc, layout, None, "srun", PY, 1, security)
     scheduler = tls.scheduler.argv

@@ -170,3 +170,25 @@ def test_a_job_failing_as_its_worker_job_ends_is_seen_as_lost(tmp_path: Path) ->
     pool.slurm.end("100", "CANCELLED")
     assert pool.jobs.ending("j100-n3", time.time())
     assert not pool.jobs.ending("n2", time.time())  # not a worker job's worker
+
+
+def test_a_bad_sbatch_args_option_is_blamed_on_that_setting(tmp_path: Path) -> None:
+    slurm = ScriptedSlurm(refuse="sbatch: unrecognized option '--bogus'")
+    config = GrowthConfig(2, 1, None, None, None, None, ("--bogus",), 60.0, only_source=True)
+    recipe = WorkerRecipe("/p", "/s", "/r", str(tmp_path), None, None, (), (), 0, (), True)
+    commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
+    jobs = WorkerJobs(config, recipe, tmp_path, "t", commands, print, print, slurm=slurm)
+    with pytest.raises(DaskSlurmError) as caught:
+        jobs.prepare()
+    assert str(caught.value) == (
+        "sbatch refused the worker jobs (checked with sbatch --test-only before submitting "
+        "anything): sbatch: unrecognized option '--bogus'. --bogus came from "
+        "--dask-slurm-sbatch-args --bogus: fix or remove it there."
+    )
+
+
+def test_in_sbatch_mode_the_way_out_is_not_to_turn_worker_jobs_off() -> None:
+    base = GrowthConfig(2, 1, None, None, None, None, (), 60.0)
+    assert base.way_out == "or run without --dask-slurm-worker-jobs"
+    only = GrowthConfig(2, 1, None, None, None, None, (), 60.0, only_source=True)
+    assert "without --dask-slurm-cluster sbatch" in only.way_out

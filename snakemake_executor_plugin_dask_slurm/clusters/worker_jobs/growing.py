@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...worker.supervisor import Swept
 from ..base import ClusterSource
 from ..security import RunSecurity
 from .pool import WorkerJobs
@@ -97,10 +98,15 @@ class GrowingCluster(ClusterSource):
     def lost_with_its_job(self, worker: str, noticed: float) -> bool:
         return self.pool.owns(worker) and self.pool.ending(worker, noticed)
 
-    def sweep(self, worker: str, keys: Sequence[str]) -> str | None:
+    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
         if self.pool.owns(worker):
             return self.pool.sweep(worker, list(keys))
         return self.inner.sweep(worker, keys)
+
+    def end_worker(self, name: str, pid: int | None) -> str | None:
+        if self.pool.owns(name):
+            return self.pool.end_worker(name, pid) if pid is not None else None
+        return self.inner.end_worker(name, pid)
 
     def closing_lines(self) -> list[str]:
         line = self.pool.summary()

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...config import GrowthConfig
 from ...errors import DaskSlurmError
+from ...report.hints import blame_setting
 from ...slurm.argv import (
     sbatch_command,
     scancel_command,
@@ -50,6 +51,7 @@ from ...slurm.hostlist import expand_hostlist
 from ...slurm.run import (
     Slurm,
     SlurmCommandError,
+    end_worker_on_node,
     find_commands,
     node_of_worker,
     parse_sinfo,
@@ -58,6 +60,7 @@ from ...slurm.run import (
 )
 from ...slurm.states import GONE, Phase, phase
 from ...worker.scheduler_preload import LOAD_HANDLER, RETIRE_IDLE_HANDLER
+from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
 from ..spec import WorkerRecipe
 from . import policy
@@ -210,13 +213,19 @@ class WorkerJobs:
         try:
             said = self._sbatch(test_only=True)
         except SlurmCommandError as e:
+            blame = blame_setting(e.said, {"--dask-slurm-sbatch-args": self.config.sbatch_args})
+            if blame:
+                raise DaskSlurmError(
+                    f"sbatch refused the worker jobs (checked with sbatch --test-only before "
+                    f"submitting anything): {e.said.strip()}. {blame}"
+                ) from None
             raise DaskSlurmError(
                 f"SLURM would not accept the worker jobs (checked with sbatch --test-only "
                 f"before submitting anything): {e.said.strip() or e.problem}. The options "
                 f"were: {self.options_text()}. Fix the one SLURM names (a partition or "
                 "account that does not exist or that you may not use, more nodes or CPUs "
                 "than a node or the partition has, a time limit above the partition's), "
-                "or run without --dask-slurm-worker-jobs."
+                f"{self.config.way_out}."
             ) from None
         logger.debug("sbatch --test-only said: %s", said)
         listed = self.slurm.run(
@@ -516,20 +525,33 @@ class WorkerJobs:
                 return True
         return False
 
-    def sweep(self, worker: str, keys: list[str]) -> str | None:
+    def sweep(self, worker: str, keys: list[str]) -> Swept | None:
         """End the jobs' processes left where a worker job's worker died."""
-        job_id = worker_job_of(worker)
-        job = self.jobs.get(job_id or "")
+        job, node = self._where(worker)
         if job is None:
             return None
         with self._lock:
             self._poll(time.time())
         if job.ended is not None:
-            return f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
-        node = node_of_worker(worker, job.nodes)
+            return Swept(
+                f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
+            )
         if node is None:
             return None
         return sweep_node(self.slurm, self.commands.srun, sys.executable, node, keys, job.job_id)
+
+    def end_worker(self, worker: str, pid: int) -> str | None:
+        """End a silent worker of a worker job, with a step in that job on its node."""
+        job, node = self._where(worker)
+        if job is None or node is None or job.ended is not None:
+            return None
+        srun = self.commands.srun
+        return end_worker_on_node(self.slurm, srun, sys.executable, node, pid, job.job_id)
+
+    def _where(self, worker: str) -> tuple[TrackedJob | None, str | None]:
+        """The worker job a worker runs in, and its node."""
+        job = self.jobs.get(worker_job_of(worker) or "")
+        return job, node_of_worker(worker, job.nodes) if job is not None else None
 
     # -- the end -------------------------------------------------------------------------
 
@@ -572,9 +594,12 @@ class WorkerJobs:
         if not self.jobs:
             return None
         jobs = list(self.jobs.values())
-        ran = [j for j in jobs if j.started is not None]
+        # Ran: squeue saw it start, or its workers joined (a job can start and end between
+        # two looks at squeue).
+        ran = [j for j in jobs if j.started is not None or j.joined is not None]
         node_seconds = sum(
-            ((j.ended or time.time()) - (j.started or 0.0)) * max(1, len(j.nodes)) for j in ran
+            ((j.ended or time.time()) - (j.started or j.joined or 0.0)) * max(1, len(j.nodes))
+            for j in ran
         )
         ends: dict[str, int] = {}
         for j in jobs:
