@@ -52,8 +52,12 @@ class RunConfig:
     warnings: tuple[str, ...] = ()
     #: Seconds without a heartbeat after which a worker counts as stopped (Dask's worker-ttl).
     worker_ttl: float = 30.0
+    #: Where each run's usage report goes, in a subdirectory of its own (None: no report).
+    usage_report_dir: Path | None = None
 
 
+#: The usage reports' directory inside the run directory, unless set.
+USAGE_REPORT_DIR = "usage"
 #: Most worker jobs at once with --dask-slurm-cluster sbatch unless set.
 SBATCH_MODE_WORKER_JOBS = 4
 
@@ -271,6 +275,16 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
     run_dir = Path(settings.run_dir) if settings.run_dir else Path(".snakemake", "dask-slurm")
     if not run_dir.is_absolute():
         run_dir = workdir / run_dir
+    usage_report_dir = None
+    warnings = ignored_settings(settings, cluster)
+    if settings.no_usage_report:
+        if settings.usage_report_dir:
+            warnings += (
+                "--dask-slurm-usage-report-dir is ignored: --dask-slurm-no-usage-report turns "
+                "the report off.",
+            )
+    else:
+        usage_report_dir = workdir / (settings.usage_report_dir or run_dir / USAGE_REPORT_DIR)
     return RunConfig(
         cluster=cluster,
         cluster_reason=reason,
@@ -299,5 +313,6 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
             for p in (settings.tls_ca_file, settings.tls_cert, settings.tls_key)
         ),
         growth=resolve_growth(settings, cluster),
-        warnings=ignored_settings(settings, cluster),
+        warnings=warnings,
+        usage_report_dir=usage_report_dir,
     )

@@ -292,6 +292,25 @@ class ExecutorSettings(ExecutorSettingsBase):
             "env_var": True,
         },
     )
+    no_usage_report: bool = field(
+        default=False,
+        metadata={
+            "help": "Do not write the usage report at the end of the run. By default each "
+            "run writes one (jobs.tsv, rules.tsv, suggested-profile.yaml, report.html: how "
+            "the farm's CPUs were used, and what each rule should ask for next time, from "
+            "figures measured exactly on the workers) and prints where it is.",
+            "env_var": True,
+        },
+    )
+    usage_report_dir: Optional[Path] = field(
+        default=None,
+        metadata={
+            "help": "Where the usage reports go: each run writes its own subdirectory "
+            "(<date>-<time>-<run id>), and 'latest' points at the newest. Default: usage/ "
+            "in the run directory (--dask-slurm-run-dir).",
+            "env_var": True,
+        },
+    )
 
 
 common_settings = CommonSettings(

@@ -198,8 +198,8 @@ def interrupt_sleepers(
     )
     try:
         eventually(
-            "both jobs started",
-            lambda: all((workflow.path / f"started{i}").exists() for i in range(2)),
+            "two jobs started",
+            lambda: len(list(workflow.path.glob("started*"))) >= 2,
             90,
             interval=0.1,
             check=still_running(proc, lambda: proc.communicate()[0]),
@@ -241,10 +241,13 @@ def test_sigterm_stops_running_jobs_within_seconds_with_one_message(workflow: Wo
     )
     assert code != 0, output
     assert took < 20, f"took {took:.1f} s to stop"
-    assert (
-        "SIGTERM received: the run stops; 2 running job(s) were stopped (Snakemake removes "
-        "what they wrote), 4 waiting job(s) never started. Run the same command again"
-    ) in output, output
+    closing = re.findall(
+        r"SIGTERM received: the run stops; 2 running job\(s\) were stopped \(Snakemake "
+        r"removes what they wrote\), (\d+) waiting job\(s\) never started\. Run the same "
+        r"command again",
+        output,
+    )
+    assert len(closing) == 1 and int(closing[0]) >= 1, output
     assert "Error in rule" not in output, output
     assert not list((workflow.path / "out").glob("slept*.txt"))
     rerun_completes(workflow)

@@ -7,6 +7,7 @@ no scheduler file.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shutil
@@ -103,6 +104,13 @@ def test_task_farm_in_salloc_uses_every_node(
         started = text.count("Start worker at:")
         assert started >= 1 and text.count("End worker") == started, text
         assert "Received signal" not in text, text
+    # The usage report: every job measured on the node it ran on, each node's CPUs counted.
+    report = workdir / ".snakemake/dask-slurm/usage/latest"
+    with (report / "jobs.tsv").open() as f:
+        jobs = list(csv.DictReader(f, delimiter="\t"))
+    measured = Counter(row["host"] for row in jobs if row["cpu_s"])
+    assert measured == used, (measured, used)
+    assert "usage: " in out and (report / "report.html").exists(), out
 
 
 def test_explicit_worker_count_is_split_by_node_size(

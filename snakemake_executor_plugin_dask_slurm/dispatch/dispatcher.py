@@ -27,11 +27,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..dispatch.outcomes import Finished, WorkerRef
 from ..worker import timing
 from ..worker.task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
 from ..worker.waiting import wait_until
-from ..worker.wire import TaskOutcome, TaskSpec
+from ..worker.wire import TaskOutcome, TaskSpec, Usage
+from .listeners import Listeners
+from .outcomes import Finished, SubmitFailed, WorkerRef
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -45,30 +46,23 @@ KILL_TIMEOUT = 5.0
 TTL_STIMULUS = "check-worker-ttl"
 
 
-class SubmitFailed(Exception):
-    """Dask refused some of a batch (e.g. the client lost its scheduler): ``keys`` were
-    not submitted; the rest of the batch was."""
-
-    def __init__(self, keys: list[str], cause: BaseException):
-        super().__init__(f"{type(cause).__name__}: {cause}")
-        self.keys = keys
-
-
 def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
     """The :class:`Finished` a worker's event describes (None if it is not one of ours)."""
     key = msg.get("key")
     if not isinstance(key, str):
         return None
+    usage = Usage.from_wire(msg.get("usage"))
     if msg.get("ok"):
         seconds = msg.get("seconds")
-        return Finished(key, True, seconds=float(seconds) if seconds is not None else None)
+        seconds = float(seconds) if seconds is not None else None
+        return Finished(key, True, seconds=seconds, usage=usage)
     name, pid = msg.get("worker_name"), msg.get("worker_pid")
     on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
     outcome = msg.get("outcome")
     if isinstance(outcome, dict):
-        return Finished(key, False, outcome=TaskOutcome(**outcome), on=on)
+        return Finished(key, False, outcome=TaskOutcome(**outcome), on=on, usage=usage)
     problem = str(msg.get("problem") or "it failed on its worker")
-    return Finished(key, False, problem=problem, on=on)
+    return Finished(key, False, problem=problem, on=on, usage=usage)
 
 
 class Dispatcher:
@@ -79,8 +73,11 @@ class Dispatcher:
         client: Client,
         notify: Callable[[], None],
         on_worker_removed: Callable[[WorkerRef, bool], None] = lambda worker, silent: None,
+        listeners: Listeners | None = None,
     ):
         self.client = client
+        #: Told of every worker that joins or leaves (the usage report's worker spans).
+        self._listeners = listeners if listeners is not None else Listeners()
         self._notify = notify
         self._on_worker_removed = on_worker_removed
         self._pending: set[str] = set()
@@ -176,6 +173,7 @@ class Dispatcher:
         if msg.get("action") != "remove-worker":
             return None
         name, pid = self._workers.pop(address, (address, None))
+        self._listeners.worker_left(name)
         lost = WorkerRef(name, pid)
         # Dask removes a worker that missed its heartbeats for worker-ttl (stopped, hung).
         silent = str(msg.get("stimulus_id", "")).startswith(TTL_STIMULUS)
@@ -207,6 +205,7 @@ class Dispatcher:
                 str(info.get("name", address)),
                 pid if isinstance(pid, int) else None,
             )
+        self._listeners.workers_seen(workers)
 
     @property
     def worker_count(self) -> int:

@@ -28,6 +28,7 @@ from .landing_policy import (
     scaled_margins,
     to_stop_at_landing,
 )
+from .listeners import JobListener
 from .outcomes import Finished
 from .registry import JobRecord, JobRegistry, counts_by_rule
 
@@ -112,7 +113,7 @@ class LandingWatch:
             logger.exception("dask-slurm: landing step failed")
 
 
-class AllocationClock:
+class AllocationClock(JobListener):
     """Everything of the allocation's clock the executor uses: the check of each job
     (on Snakemake's scheduling thread), what succeeded jobs took, and the landing.
 
@@ -271,6 +272,11 @@ class AllocationClock:
         self.stopped += len(keys)
         self._warn(f"stopping the {len(keys)} job(s) still running, to end before SLURM does")
         self._stop_jobs(keys)
+
+    def run_ended(self, command: str) -> None:
+        line = self.summary(command)
+        if line:
+            self._warn(line)
 
     def summary(self, command: str) -> str | None:
         """The closing line of a run the clock cut short (None if it did not)."""

@@ -1,22 +1,23 @@
-"""What else of the run wants to know about its jobs (the allocation's clock learns how
-long each rule's jobs take; the efficiency report records every attempt): one small
-interface, called by the run's glue, so that a new listener needs no new hook.
+"""What else of the run wants to know about its jobs and workers (the allocation's clock
+learns how long each rule's jobs take; the usage report records every attempt and every
+worker): one small interface, called by the run's glue and the dispatcher, so that a new
+listener needs no new hook. A listener overrides what it needs; the rest does nothing.
 
 Listeners run on the thread that calls them (Snakemake's scheduling thread for
-``handed_over`` and ``refused``, the status or recovery thread for ``ended``): they must
-be quick and must not block.
+``handed_over`` and ``refused``, the status or recovery thread for ``ended``, Dask's event
+thread for the workers): they must be quick and must not block.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .outcomes import Finished
 from .registry import JobRecord
 
 
-class JobListener(Protocol):
+class JobListener:
     def handed_over(self, records: Sequence[JobRecord]) -> None:
         """These jobs went to Dask (a rerun too: its record has the new task)."""
 
@@ -25,6 +26,17 @@ class JobListener(Protocol):
 
     def ended(self, record: JobRecord, finished: Finished) -> None:
         """The task of ``record`` ended (succeeded, failed, or lost with its worker)."""
+
+    def workers_seen(self, workers: Mapping[str, Mapping[str, Any]]) -> None:
+        """The workers registered now, as the scheduler describes them (by address): at
+        start and whenever one joins (already known ones come again)."""
+
+    def worker_left(self, name: str) -> None:
+        """The worker ``name`` left the scheduler (retired, lost, or at the end)."""
+
+    def run_ended(self, command: str) -> None:
+        """The run is over (any way: success, failure, Ctrl-C, landing) and its cluster
+        closed: say what there is to say (``command``: how to run it again)."""
 
 
 class Listeners(list[JobListener]):
@@ -41,3 +53,15 @@ class Listeners(list[JobListener]):
     def ended(self, record: JobRecord, finished: Finished) -> None:
         for listener in self:
             listener.ended(record, finished)
+
+    def workers_seen(self, workers: Mapping[str, Mapping[str, Any]]) -> None:
+        for listener in self:
+            listener.workers_seen(workers)
+
+    def worker_left(self, name: str) -> None:
+        for listener in self:
+            listener.worker_left(name)
+
+    def run_ended(self, command: str) -> None:
+        for listener in self:
+            listener.run_ended(command)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..worker.wire import TaskOutcome
+from ..worker.wire import TaskOutcome, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +33,15 @@ class Finished:
     seconds: float | None = None
     #: The worker a failed job ran on (its name and process id).
     on: WorkerRef | None = None
+    #: What the job used, measured on its worker (success or failure); None if it never
+    #: ran, or no word came from its worker (lost, cancelled).
+    usage: Usage | None = None
+
+
+class SubmitFailed(Exception):
+    """Dask refused some of a batch (e.g. the client lost its scheduler): ``keys`` were
+    not submitted; the rest of the batch was."""
+
+    def __init__(self, keys: list[str], cause: BaseException):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.keys = keys

@@ -22,7 +22,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from ..report.messages import job_label
 from ..worker.wire import TaskSpec
-from .dispatcher import SubmitFailed
+from .outcomes import SubmitFailed
 
 
 @dataclass(slots=True)

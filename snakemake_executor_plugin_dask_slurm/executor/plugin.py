@@ -38,6 +38,7 @@ from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
+from ..dispatch.usage_listener import usage_listener
 from ..report.hints import run_speed_hint
 from ..report.messages import stopped_line
 from ..worker import timing
@@ -171,7 +172,12 @@ class Executor(RemoteExecutor):
             hint = run_speed_hint(now.rate, now.scheduler, now.subsample, nodes, cpus)
             if hint:  # only where a setting the user chose still caps throughput
                 self._say(f"hint: {hint}")
-            dispatcher = Dispatcher(client, self._wake, self._on_removed)
+            usage = usage_listener(  # before the dispatcher, which tells it of every worker
+                self.config.usage_report_dir, self._run_token, self.config.cluster,
+                lambda: self._registry.stop_reason, self._say, os.environ,
+            )  # fmt: skip
+            self._listeners.extend([usage] if usage else [])
+            dispatcher = Dispatcher(client, self._wake, self._on_removed, self._listeners)
         except BaseException:
             try:
                 source.close()
@@ -354,9 +360,7 @@ class Executor(RemoteExecutor):
             super().shutdown()
         finally:
             self.close_cluster()
-            landed = self._clock.summary(shlex.join(sys.argv)) if self._clock else None
-            if landed:
-                self._warn(landed)
+            self._listeners.run_ended(shlex.join(sys.argv))  # the landing, the usage report
             if timing.ON:
                 timing.record("shutdown", began, time.time())
 

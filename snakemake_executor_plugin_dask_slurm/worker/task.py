@@ -13,19 +13,24 @@ import contextlib
 import dataclasses
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import proctree, timing
 from .logtail import read_tail
 from .waiting import wait_until
-from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec
+from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, Usage
+
+if TYPE_CHECKING:
+    from resource import struct_rusage
 
 #: Seconds between SIGTERM and SIGKILL when a job is stopped.
 KILL_GRACE_SECONDS = 3.0
@@ -110,23 +115,78 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
 
     Raises :class:`JobFailed` if it did not succeed.
     """
+    return run_measured(spec)[0]
+
+
+def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage | None]:
+    """:func:`run_task`, and what the job used (None only where the kernel could not say).
+
+    ``worker`` is the Dask worker's name, for the record. A failed job's usage travels in
+    its :class:`JobFailed`.
+    """
     started = time.time()
+    clock = time.monotonic()
     host = socket.gethostname()
     proc = _start(spec, host, started)
+    # Read after the fork: the worker's peak then is at least what the job inherited.
+    floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // _RSS_UNIT
     try:
-        returncode = proc.wait()
+        returncode, rusage = _reap(proc)
+        wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
         _signal_group(proc, signal.SIGKILL)
         with _lock:
             _running.pop(spec.key, None)
         timing.task_done(spec.key, started, time.time())
+    usage = None
+    if rusage is not None:
+        usage = Usage(
+            host,
+            worker,
+            os.environ.get("SLURM_JOB_ID", ""),
+            started,
+            wall,
+            rusage.ru_utime + rusage.ru_stime,
+            rusage.ru_maxrss // _RSS_UNIT,
+            floor,
+        )
     if returncode:
         outcome = TaskOutcome(
             returncode, host, started, time.time(), read_tail(spec.log_path, TAIL_LINES)
         )
-        raise JobFailed(outcome)
-    return TaskOutcome(0, host, started, time.time(), "")
+        raise JobFailed(outcome, usage)
+    return TaskOutcome(0, host, started, time.time(), ""), usage
+
+
+#: ``ru_maxrss`` is in KiB on Linux, in bytes on macOS.
+_RSS_UNIT = 1024 if sys.platform == "darwin" else 1
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, struct_rusage | None]:
+    """Wait for the job's process as ``Popen.wait()`` does, but with ``os.wait4``, which
+    also returns what it and its waited-for descendants used: ``(returncode, rusage)``.
+
+    Like ``Popen.wait()`` (CPython's ``_wait``) it waits holding the Popen's waitpid lock,
+    so that a ``poll()`` from another thread (``_kill_later``, the teardown) never reaps
+    the process under it, and it sets ``returncode`` as Popen does. The rusage is None if
+    something else reaped the process first, or on a Popen without that lock.
+    """
+    lock = getattr(proc, "_waitpid_lock", None)
+    if lock is None:
+        return proc.wait(), None
+    while True:
+        with lock:
+            if proc.returncode is not None:  # another thread reaped it
+                return proc.returncode, None
+            try:
+                pid, status, rusage = os.wait4(proc.pid, 0)
+            except ChildProcessError:  # reaped elsewhere: Popen's own answer then
+                proc.returncode = 0
+                return 0, None
+            if pid == proc.pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                return proc.returncode, rusage
 
 
 #: The Dask event topic on which every task reports how its job ended.
@@ -140,18 +200,22 @@ def run_and_report(spec: TaskSpec) -> None:
     :mod:`..dispatch.dispatcher`), so the outcome travels in the event, which the worker sends
     before Dask learns that the task finished.
     """
+    from distributed import get_worker
+
+    worker = get_worker()
     msg: dict[str, Any]
     try:
-        done = run_task(spec)
+        done, usage = run_measured(spec, str(worker.name))
         # How long it ran: the plugin learns each rule's durations (walltime placement).
         msg = {"key": spec.key, "ok": True, "seconds": done.finished - done.started}
     except JobFailed as e:
         msg = {"key": spec.key, "ok": False, "outcome": dataclasses.asdict(e.outcome)}
+        usage = e.usage
     except BaseException as e:  # a bug, or the worker closing under the job
         msg = {"key": spec.key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
-    from distributed import get_worker
-
-    worker = get_worker()
+        usage = None
+    if usage is not None:
+        msg["usage"] = usage.to_wire()
     if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
         # Not "worker": the scheduler sets that key of a worker's event to its address.
         msg.update(worker_name=str(worker.name), worker_pid=os.getpid())

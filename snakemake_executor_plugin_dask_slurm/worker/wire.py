@@ -2,12 +2,14 @@
 
 A :class:`TaskSpec` goes to a worker; a :class:`TaskOutcome` says how the job ended, and
 comes back in the task's outcome event (:func:`.task.run_and_report`) when it did not
-succeed. What the dispatcher makes of the events is :mod:`..dispatch.outcomes`'.
+succeed; a :class:`Usage` (what the job used) comes back in it whenever the job ran.
+What the dispatcher makes of the events is :mod:`..dispatch.outcomes`'.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 #: ``TaskSpec.tmpdir`` value meaning "the worker's own temporary directory", i.e.
 #: Snakemake's default ``tmpdir=system_tmpdir`` evaluated where the job runs.
@@ -43,13 +45,74 @@ class TaskOutcome:
     start_error: str | None = None  # the command could not be started at all
 
 
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What one job used, from the kernel when its process was reaped (``os.wait4``):
+    exact, and nothing is sampled while the job runs.
+
+    Counted: the job's own process and every descendant its parent waited for (a shell's
+    commands and pipelines, a script's subprocesses, the general way's Snakemake and what
+    it runs). Not counted: processes that outlive their parent (``cmd &`` left running,
+    ``nohup``, daemons): they are re-parented to the worker, which reaps them.
+    """
+
+    host: str
+    #: The Dask worker's name.
+    worker: str
+    #: The SLURM job the worker runs in (the allocation, or its worker job); "" outside.
+    slurm_job: str
+    #: The worker's clock (epoch seconds) just before the job's process was started.
+    started: float
+    #: Seconds from just before the start to the reaping (monotonic clock).
+    wall: float
+    #: User + system CPU seconds of those processes.
+    cpu: float
+    #: The largest peak resident set size of any one of those processes (not their sum:
+    #: getrusage(2)'s ``ru_maxrss``), KiB.
+    max_rss_kb: int
+    #: The worker's own peak RSS when the job started, KiB. The job's first process is
+    #: forked from the worker and the kernel counts the worker's peak as that process's
+    #: (``exec`` keeps it), so a ``max_rss_kb`` at or below this only says that the job's
+    #: peak was at most this much; above it, ``max_rss_kb`` is the job's own peak.
+    rss_floor_kb: int = 0
+
+    @property
+    def rss_exact(self) -> bool:
+        """Whether ``max_rss_kb`` is the job's own peak (see ``rss_floor_kb``)."""
+        return self.max_rss_kb > self.rss_floor_kb
+
+    def to_wire(self) -> tuple[str, str, str, float, float, float, int, int]:
+        """A plain tuple for the job's outcome event (msgpack turns it into a list)."""
+        return (
+            self.host,
+            self.worker,
+            self.slurm_job,
+            self.started,
+            self.wall,
+            self.cpu,
+            self.max_rss_kb,
+            self.rss_floor_kb,
+        )
+
+    @classmethod
+    def from_wire(cls, value: Any) -> Usage | None:
+        """The :class:`Usage` that :meth:`to_wire` sent, or None for anything else."""
+        if not isinstance(value, list | tuple) or len(value) != 8:
+            return None
+        # As sent by run_and_report (msgpack keeps str, float and int apart): not
+        # converted again, as this runs on the client's event thread for every job.
+        return cls(*value)
+
+
 class JobFailed(Exception):
     """Raised on the worker when a job did not succeed; :func:`.task.run_and_report`
     turns it into the task's outcome event."""
 
-    def __init__(self, outcome: TaskOutcome):
-        super().__init__(outcome)
+    def __init__(self, outcome: TaskOutcome, usage: Usage | None = None):
+        super().__init__(outcome, usage)
         self.outcome = outcome
+        #: What the job used, if it ran at all.
+        self.usage = usage
 
     def __str__(self) -> str:
         return f"job exited with code {self.outcome.returncode} on {self.outcome.host}"

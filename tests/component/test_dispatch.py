@@ -42,10 +42,16 @@ def test_success_failure_and_wakeups(client: Client, tmp_path: Path) -> None:
     dispatcher.submit_many([(spec(tmp_path, "ok-1", "echo fine"), {"cpus": 1})])
     dispatcher.submit_many([(spec(tmp_path, "bad-1", "echo oops; exit 5"), {"cpus": 1})])
     ok, bad = sorted(wait_for(dispatcher, 2, woken), key=lambda f: f.key != "ok-1")
-    assert ok == Finished("ok-1", True, seconds=ok.seconds)
+    assert ok == Finished("ok-1", True, seconds=ok.seconds, usage=ok.usage)
     assert ok.seconds is not None and 0 <= ok.seconds < 10  # how long it ran, for walltime
     assert not bad.ok and bad.outcome is not None
     assert (bad.outcome.returncode, bad.outcome.tail) == (5, "oops")
+    # What each used came with its outcome event, success or failure (the report's figures).
+    worker = next(iter(client.scheduler_info()["workers"].values()))["name"]
+    for done in (ok, bad):
+        assert done.usage is not None and done.usage.worker == str(worker)
+        assert 0 < done.usage.wall < 10 and done.usage.cpu >= 0 and done.usage.max_rss_kb > 0
+    assert bad.usage is not None and bad.usage.started == bad.outcome.started
     assert dispatcher.drain() == []
 
 

@@ -134,3 +134,21 @@ def test_scheduler_address_needs_a_port(address: str, ok: bool) -> None:
     else:
         with pytest.raises(DaskSlurmError, match="expected PROTOCOL://HOST:PORT"):
             resolve(settings, {}, Path("/wd"))
+
+
+@pytest.mark.parametrize(
+    ("settings", "where", "warned"),
+    [
+        (ExecutorSettings(), Path("/wd/.snakemake/dask-slurm/usage"), False),
+        (ExecutorSettings(run_dir=Path("/scratch/r")), Path("/scratch/r/usage"), False),
+        (ExecutorSettings(usage_report_dir=Path("reports")), Path("/wd/reports"), False),
+        (ExecutorSettings(no_usage_report=True), None, False),
+        (ExecutorSettings(no_usage_report=True, usage_report_dir=Path("x")), None, True),
+    ],
+)
+def test_where_the_usage_report_goes(
+    settings: ExecutorSettings, where: Path | None, warned: bool
+) -> None:
+    config = resolve(settings, {}, Path("/wd"))
+    assert config.usage_report_dir == where
+    assert any("--dask-slurm-usage-report-dir is ignored" in w for w in config.warnings) == warned
