@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock
+from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock, RunControls
 from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry
 
@@ -26,10 +26,9 @@ JOBS = 10_000
 
 def main() -> int:
     now = time.time()
-    clock = AllocationClock(
-        AllocationEnd(now + 3600, 120, 30, "benchmark"), 120, None, JobRegistry(),
-        lambda keys: None, lambda: None, print,
-    )  # fmt: skip
+    controls = RunControls(lambda keys: None, lambda: None)
+    end = AllocationEnd(now + 3600, 120, 30, "benchmark")
+    clock = AllocationClock(end, 120, None, JobRegistry(), controls, print)
     for label, resources in (("runtime given", {"runtime": 1}), ("no runtime", {})):
         jobs = [SimpleNamespace(name="thin", resources=resources) for _ in range(JOBS)]
         seconds = timeit.timeit(lambda js=jobs: [clock.check(j, "k") for j in js], number=5)

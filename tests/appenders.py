@@ -126,10 +126,15 @@ def alive(pids: list[int]) -> list[int]:
 
 
 def kill_worker_when_busy(
-    proc: subprocess.Popen[str], workdir: Path, find_worker: Callable[[], int], jobs: int = 2
+    proc: subprocess.Popen[str],
+    workdir: Path,
+    find_worker: Callable[[], int],
+    jobs: int = 2,
+    sig: signal.Signals = signal.SIGKILL,
 ) -> tuple[int, list[int]]:
-    """Once ``jobs`` jobs started and the worker runs one, SIGKILL it. Returns its pid
-    and the job processes it had (its children), which must all be gone a second later."""
+    """Once ``jobs`` jobs started and the worker runs one, send it ``sig`` (SIGKILL, or
+    SIGSTOP for a worker that hangs). Returns its pid and the job processes it had (its
+    children), which must all be gone soon after."""
     deadline = time.monotonic() + 120
     while True:
         assert proc.poll() is None, proc.communicate()[0]
@@ -140,7 +145,7 @@ def kill_worker_when_busy(
             if jobs_of_worker:
                 break
         time.sleep(0.1)
-    os.kill(worker, signal.SIGKILL)
+    os.kill(worker, sig)
     return worker, jobs_of_worker
 
 

@@ -5,6 +5,7 @@ copies of a job ever ran at once."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -93,6 +94,34 @@ def test_a_killed_worker_costs_no_output(
         cwd=workflow.path, env=workflow.env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "Nothing to be done" in again.stdout + again.stderr, again
+
+
+@pytest.mark.workflow("appenders")
+def test_a_worker_that_stops_answering_is_noticed_in_seconds(workflow: Workflow) -> None:
+    """kill -STOP of one of two workers while it runs jobs: within the worker-ttl (5 s here,
+    Dask's floor for a few workers) it is removed, ended, and its jobs run again on the
+    other one; one line says so; no job ever runs twice at once; every output whole."""
+    proc = start(workflow, "--dask-slurm-workers", "2", "--dask-slurm-worker-ttl", "5")
+    try:
+        worker, its_jobs = kill_worker_when_busy(
+            proc, workflow.path, lambda: the_worker(workflow, "local-0"), sig=signal.SIGSTOP
+        )
+        stopped = time.monotonic()
+        eventually("the stopped worker ended", lambda: not alive([worker]), 30)
+        ended = time.monotonic() - stopped
+        assert not alive(its_jobs), "its jobs outlived it"
+        code, output = finish(proc)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)
+    assert code == 0, output
+    assert ended < 20, f"the silent worker was ended {ended:.1f} s after it stopped"
+    lines = [line for line in output.splitlines() if "stopped answering" in line]
+    assert len(lines) == 1 and "worker local-0 stopped answering" in lines[0], output
+    ((running, _waiting),) = lost_lines(output, "local-0")
+    assert running == len(interrupted(workflow.path)), output
+    check_outputs(workflow.path, COUNT, STEPS)
+    check_never_two_at_once(workflow.path)
 
 
 @pytest.mark.workflow("appenders")

@@ -28,7 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..worker import timing
-from ..worker.task import EVENT_TOPIC, KILL_GRACE_SECONDS, kill_tasks, run_and_report
+from ..worker.task import (
+    EVENT_TOPIC,
+    KILL_GRACE_SECONDS,
+    STARTED_TOPIC,
+    kill_tasks,
+    run_and_report,
+    withdraw_tasks,
+)
 from ..worker.waiting import wait_until
 from ..worker.wire import TaskOutcome, TaskSpec, Usage
 from .listeners import Listeners
@@ -89,8 +96,11 @@ class Dispatcher:
         self._lock = threading.Lock()
         #: address -> (name, pid) of every live worker
         self._workers: dict[str, tuple[str, int | None]] = {}
+        #: Keys a worker said it started (and that have not finished since).
+        self._started: set[str] = set()
         # Subscribe before taking the snapshot: an event in between is then not lost.
         client.subscribe_topic(EVENT_TOPIC, self._on_job_event)
+        client.subscribe_topic(STARTED_TOPIC, self._on_started_event)
         client.subscribe_topic("all", self._on_scheduler_event)
         self._learn_workers(
             client.scheduler_info(n_workers=-1)["workers"], client.run(os.getpid, on_error="ignore")
@@ -151,12 +161,21 @@ class Dispatcher:
             self._pending.discard(key)
             if finished.lost_on is not None:
                 self._lost.add(key)
+            else:
+                self._started.discard(key)
             self._finished.append(finished)
         self._notify()
 
     def ran(self, key: str) -> bool:
-        """Whether the job of ``key``, lost with its worker, is known to have run there."""
-        return key in self._ran
+        """Whether the job of ``key``, lost with its worker, is known to have run there:
+        its worker said it started, or its own outcome came after all."""
+        return key in self._ran or key in self._started
+
+    def _on_started_event(self, event: tuple[float, Any]) -> None:
+        keys = event[1] if isinstance(event, tuple) and len(event) == 2 else None
+        if isinstance(keys, list):
+            with self._lock:
+                self._started.update(k for k in keys if k in self._pending or k in self._lost)
 
     def _on_job_event(self, event: tuple[float, Any]) -> None:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
@@ -237,6 +256,34 @@ class Dispatcher:
             return set()
         logger.debug("killed on workers: %s", killed)
         return {key for answer in killed.values() if isinstance(answer, list) for key in answer}
+
+    def withdraw(self, keys: list[str]) -> dict[str, float] | None:
+        """Of ``keys``, return those running on some worker (with when each started); take
+        every other one back (it never starts: cancelled on the scheduler, finished here as
+        withdrawn). None, withdrawing nothing, when the workers could not be asked."""
+        if not keys:
+            return {}
+        client: Any = self.client
+        try:
+            answers = client.sync(
+                client._run, withdraw_tasks, keys, on_error="ignore", callback_timeout=KILL_TIMEOUT
+            )
+        except Exception as e:  # the workers may be gone; the caller stops what runs
+            logger.debug("withdraw request failed: %s", e)
+            return None
+        running = {
+            key: began
+            for answer in answers.values()
+            if isinstance(answer, dict)
+            for key, began in answer.items()
+        }
+        with self._lock:
+            left = [key for key in keys if key not in running and key in self._pending]
+        if left:
+            self.cancel(left)
+            for key in left:
+                self._finish(Finished(key, False, problem="withdrawn before it started"))
+        return running
 
     def stop(self, keys: list[str]) -> set[str]:
         """Kill the jobs, let the killed ones end (each is then reported: killed), and

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..report.messages import job_label
@@ -24,6 +25,7 @@ from .landing_policy import (
     duration_text,
     expected_duration,
     fits,
+    landing_line,
     refusal_message,
     scaled_margins,
     to_stop_at_landing,
@@ -113,6 +115,17 @@ class LandingWatch:
             logger.exception("dask-slurm: landing step failed")
 
 
+@dataclass(frozen=True)
+class RunControls:
+    """What the landing does to the run: stop jobs (each is then reported failed), take
+    back jobs that have not started (the keys that had, with when), make Snakemake schedule
+    nothing more and end once its running jobs are reported."""
+
+    stop_jobs: Callable[[list[str]], set[str] | None]
+    exit_gracefully: Callable[[], None]
+    withdraw: Callable[[list[str]], dict[str, float] | None] = lambda keys: None
+
+
 class AllocationClock(JobListener):
     """Everything of the allocation's clock the executor uses: the check of each job
     (on Snakemake's scheduling thread), what succeeded jobs took, and the landing.
@@ -128,19 +141,21 @@ class AllocationClock(JobListener):
         margin: float,
         refresh: Callable[[], float | None] | None,
         registry: JobRegistry,
-        stop_jobs: Callable[[list[str]], set[str] | None],
-        exit_gracefully: Callable[[], None],
+        controls: RunControls,
         warn: Callable[[str], None],
     ):
         self.durations = Durations()
+        self._stop_jobs = controls.stop_jobs
+        self._exit_gracefully = controls.exit_gracefully
+        self._withdraw = controls.withdraw
         self._registry = registry
-        self._stop_jobs = stop_jobs
-        self._exit_gracefully = exit_gracefully
         self._warn = warn
         self._explained: set[str] = set()
         self.succeeded = 0
         self.stopped = 0
         self.refused_at_landing = 0
+        #: Jobs handed over but not started when the run landed: withdrawn.
+        self.withdrawn = 0
         #: Jobs not started because they could not finish in the time left.
         self.too_long = 0
         self.watch = LandingWatch(clock, refresh, self._land, self._hard_stop, margin)
@@ -151,8 +166,7 @@ class AllocationClock(JobListener):
         env: Mapping[str, str],
         margins: tuple[float, float],
         registry: JobRegistry,
-        stop_jobs: Callable[[list[str]], set[str] | None],
-        exit_gracefully: Callable[[], None],
+        controls: RunControls,
         say: Callable[[str], None],
         warn: Callable[[str], None],
     ) -> AllocationClock | None:
@@ -176,8 +190,7 @@ class AllocationClock(JobListener):
             margin, safety = scaled_margins(found[0], now, landing, runtime)
             end = AllocationEnd(found[0], margin, safety, found[1])
         say(clock_line(job_id, end, now, landing))
-        clock = cls(end, margin, time_left if scontrol else None, registry, stop_jobs,
-                    exit_gracefully, warn)  # fmt: skip
+        clock = cls(end, margin, time_left if scontrol else None, registry, controls, warn)
         clock.start()
         return clock
 
@@ -238,29 +251,30 @@ class AllocationClock(JobListener):
     # -- the landing thread ----------------------------------------------------------
 
     def _land(self, why: str) -> None:
+        """No job starts any more: what was handed over but has not started is withdrawn
+        at once (it goes back to Snakemake, quietly, as not run); of the started jobs,
+        those expected to end before the hard stop go on, the others are stopped now. The
+        run ends as soon as the started jobs that go on are done."""
         clock, now = self.watch.clock, time.time()
         ends = f"; the allocation ends in {duration_text(clock.end - now)}" if clock else ""
-        keys = self._registry.begin_stop(
-            f"the run is landing before the allocation's time limit ({why}{ends})"
-        )
-        running = []
-        for key in keys:
-            record = self._registry.get(key)
-            if record is not None:
-                running.append(Running(key, record.handed_over, record.expected))
+        landing = "landing before the allocation's time limit" if clock else "landing"
+        keys = self._registry.begin_stop(f"the run is {landing} ({why}{ends})")
+        self._registry.quiet(keys)  # the landing's lines say what became of them
+        started = self._withdraw(keys)
+        if started is None:  # the workers could not be asked: every job may have started
+            started = {key: 0.0 for key in keys}
+        running = [
+            Running(key, started[key] or record.handed_over, record.expected)
+            for record in self._registry.records(list(started))
+            if (key := record.key)
+        ]
         # Without a known end (SIGUSR1 only), nothing is known to finish in time.
         stop = to_stop_at_landing(running, clock) if clock else [job.key for job in running]
-        self._registry.quiet(stop)
         self.stopped += len(stop)
-        stopped = ""
-        if stop:
-            jobs = [record.job for record in self._registry.records(stop)]
-            stopped = f" ({counts_by_rule(jobs)}; Snakemake removes what they wrote)"
-        self._warn(
-            f"{why}{ends}: landing. No job starts any more; {len(keys) - len(stop)} running "
-            f"job(s) expected to finish in time go on, {len(stop)} that could not are "
-            f"stopped now{stopped}. Snakemake then ends normally."
-        )
+        waiting = len(keys) - len(started)
+        self.withdrawn += waiting
+        rules = counts_by_rule([record.job for record in self._registry.records(stop)])
+        self._warn(landing_line(why + ends, len(running) - len(stop), len(stop), rules, waiting))
         self._exit_gracefully()
         self._stop_jobs(stop)
 
@@ -284,13 +298,19 @@ class AllocationClock(JobListener):
             return None
         parts = [f"{self.succeeded} job(s) finished in this allocation"]
         if self.stopped:
-            parts.append(f"{self.stopped} stopped (their outputs removed)")
-        not_started = self.too_long + self.refused_at_landing
-        if not_started:
-            parts.append(f"{not_started} not started (they could not finish in the time left)")
-        how = "landed before" if self.watch.landed_for else "ran up to"
+            parts.append(f"{self.stopped} started job(s) stopped (their outputs removed)")
+        if self.withdrawn + self.refused_at_landing:
+            parts.append(f"{self.withdrawn + self.refused_at_landing} never started")
+        if self.too_long:
+            parts.append(f"{self.too_long} not started (they could not finish in time)")
+        if self.watch.landed_for is None:
+            how = "ran up to the allocation's time limit"
+        elif self.watch.clock is None:
+            how = f"landed ({self.watch.landed_for})"
+        else:
+            how = "landed before the allocation's time limit"
         return (
-            f"the run {how} the allocation's time limit: {', '.join(parts)}. In a new "
-            "allocation the same command continues from here (Snakemake redoes only what is "
-            f"missing; no --unlock or --rerun-incomplete needed): {command}"
+            f"the run {how}: {', '.join(parts)}. In a new allocation the same command "
+            "continues from here (Snakemake redoes only what is missing; no --unlock or "
+            f"--rerun-incomplete needed): {command}"
         )

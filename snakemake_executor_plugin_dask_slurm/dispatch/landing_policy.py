@@ -153,6 +153,22 @@ def clock_line(job_id: str, end: AllocationEnd | None, now: float, landing: floa
     )
 
 
+def landing_line(why: str, going_on: int, stopped: int, stopped_rules: str, waiting: int) -> str:
+    """The landing's one line: what goes on, what is stopped, what never starts."""
+    parts = [f"{going_on} started job(s) expected to finish in time go on"]
+    if stopped:
+        parts.append(
+            f"{stopped} started job(s) that could not are stopped now ({stopped_rules}; "
+            "Snakemake removes what they wrote)"
+        )
+    if waiting:
+        parts.append(f"{waiting} job(s) that had not started are taken back, not run")
+    return (
+        f"{why}: landing. No job starts any more; {', '.join(parts)}. Snakemake ends as soon "
+        "as the started jobs that go on are done."
+    )
+
+
 def fits(expected: float | None, now: float, landing_at: float, safety: float) -> bool:
     """Whether a job expected to take ``expected`` seconds can finish before
     ``landing_at`` (a job of unknown duration always may start before it)."""

@@ -234,6 +234,13 @@ class Failures:
             return None
         return self.dispatcher.stop(keys)
 
+    def withdraw(self, keys: list[str]) -> dict[str, float] | None:
+        """Take back those of ``keys`` that have not started (see
+        :meth:`..dispatch.dispatcher.Dispatcher.withdraw`); None if nobody can be asked."""
+        if self.source.scheduler_lost():
+            return None
+        return self.dispatcher.withdraw(keys)
+
     # -- a worker died ---------------------------------------------------------------------
 
     def worker_removed(self, worker: WorkerRef, silent: bool) -> None:

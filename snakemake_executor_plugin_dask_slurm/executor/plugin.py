@@ -33,7 +33,7 @@ from ..dispatch.admission import Capacity
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.intake import Intake
 from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
-from ..dispatch.landing import AllocationClock
+from ..dispatch.landing import AllocationClock, RunControls
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.registry import JobRegistry
@@ -198,10 +198,10 @@ class Executor(RemoteExecutor):
             self._listeners, say, str(detail_log),
         )  # fmt: skip
         margins = (self.config.landing_margin, self.config.runtime_margin)
+        controls = RunControls(failures.stop_jobs, self._exit_gracefully, failures.withdraw)
         self._clock = AllocationClock.for_run(
-            os.environ, margins, self._registry, failures.stop_jobs,
-            self._exit_gracefully, self._say, self._warn,
-        )  # fmt: skip
+            os.environ, margins, self._registry, controls, self._say, self._warn
+        )
         if self._clock is not None:
             self._listeners.append(self._clock)
             signals.on_sigusr1(self._clock.request)

@@ -47,6 +47,10 @@ _running: dict[str, subprocess.Popen[bytes]] = {}
 _starting: set[str] = set()
 #: Keys of jobs that were stopped: one that has not started yet must never start.
 _stopped: set[str] = set()
+#: When each running job started (for the landing: what it has left to run).
+_began: dict[str, float] = {}
+#: Jobs started since the last report to the plugin (see :func:`_report_started`).
+_newly_started: list[str] = []
 #: Set in a Dask worker (by ``dask_setup``), never in Snakemake's own process.
 _in_worker = False
 _lock = threading.Lock()
@@ -103,6 +107,8 @@ def _start(spec: TaskSpec, host: str, started: float) -> subprocess.Popen[bytes]
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error)) from None
     with _lock:
         _running[spec.key] = proc
+        _began[spec.key] = started
+        _newly_started.append(spec.key)
         _starting.discard(spec.key)
         stopped = spec.key in _stopped  # stopped while it was being started
     if stopped:
@@ -138,6 +144,7 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         _signal_group(proc, signal.SIGKILL)
         with _lock:
             _running.pop(spec.key, None)
+            _began.pop(spec.key, None)
         timing.task_done(spec.key, started, time.time())
     usage = None
     if rusage is not None:
@@ -254,6 +261,16 @@ def kill_tasks(keys: list[str], grace: float = KILL_GRACE_SECONDS) -> list[str]:
     return running
 
 
+def withdraw_tasks(keys: list[str]) -> dict[str, float]:
+    """Of ``keys``, those running here, with when each started; every other one of them
+    will never start here (a landing withdraws what has not started). Atomic with
+    :func:`_start`'s check: a job either runs already or never will."""
+    with _lock:
+        running = {k: _began.get(k, 0.0) for k in keys if k in _running or k in _starting}
+        _stopped.update(k for k in keys if k not in running)
+    return running
+
+
 def running_tasks() -> list[str]:
     """Keys of the tasks whose commands are running on this worker."""
     with _lock:
@@ -281,12 +298,30 @@ def end_orphans() -> list[int]:
     return victims
 
 
-def _watch_orphans(stop: threading.Event) -> None:
+#: The Dask event topic on which a worker says, once a second, which jobs it started.
+STARTED_TOPIC = "dask-slurm-started"
+
+
+def _report_started(worker: Any) -> None:
+    """Tell the plugin which jobs started here since the last report: one small event a
+    second at most, not one per job. If the worker then dies, the plugin knows which of
+    its jobs were running (started), not merely waiting, even with no process left."""
+    with _lock:
+        keys = _newly_started[:]
+        _newly_started.clear()
+    if keys:
+        worker.log_event(STARTED_TOPIC, keys)
+
+
+def _every_second(worker: Any, stop: threading.Event, orphans: bool) -> None:
+    """The worker's housekeeping: report started jobs; end daemons of finished jobs."""
     while not stop.wait(ORPHAN_SCAN_INTERVAL):
-        try:
-            end_orphans()
-        except Exception:  # never let the watcher die; the next pass tries again
-            continue
+        for chore in (lambda: _report_started(worker), end_orphans if orphans else None):
+            try:
+                if chore is not None:
+                    chore()
+            except Exception:  # never let the thread die; the next pass tries again
+                continue
 
 
 def dask_setup(worker: Any) -> None:
@@ -295,12 +330,14 @@ def dask_setup(worker: Any) -> None:
     _in_worker = True
     os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
     timing.open_task_log()
-    if proctree.become_subreaper():
-        stop = threading.Event()
-        thread = threading.Thread(
-            target=_watch_orphans, args=(stop,), name="dask-slurm-orphans", daemon=True
-        )
-        thread.start()
+    orphans = proctree.become_subreaper()
+    thread = threading.Thread(
+        target=_every_second,
+        args=(worker, threading.Event(), orphans),
+        name="dask-slurm-housekeeping",
+        daemon=True,
+    )
+    thread.start()
 
 
 def dask_teardown(worker: Any) -> None:

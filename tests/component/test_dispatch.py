@@ -203,3 +203,28 @@ def test_a_silent_workers_removal_and_late_outcomes_of_its_jobs(
     assert [(f.key, f.ok) for f in dispatcher.drain()] == [("a", True)]
     assert dispatcher.ran("a") and dispatcher.ran("b") and not dispatcher.ran("c")
     dispatcher.cancel(["a", "b"])
+
+
+def test_withdraw_takes_back_what_has_not_started_and_leaves_what_runs(
+    client: Client, tmp_path: Path
+) -> None:
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set)
+    keys = [f"w-{i}" for i in range(6)]  # 4 CPUs: 4 run, 2 wait on the worker
+    dispatcher.submit_many(
+        [(spec(tmp_path, k, f"touch {k}.started; sleep 3"), {"cpus": 1}) for k in keys]
+    )
+    eventually("4 jobs started", lambda: len(list(tmp_path.glob("*.started"))) == 4, 30)
+    asked = time.time()
+    running = dispatcher.withdraw(keys)
+    assert running is not None and len(running) == 4
+    assert all(asked - 30 < began <= asked for began in running.values()), running
+    waiting = sorted(set(keys) - set(running))
+    taken = wait_for(dispatcher, 2, woken)
+    assert [(f.key, f.problem) for f in taken] == [
+        (k, "withdrawn before it started") for k in waiting
+    ]
+    done = wait_for(dispatcher, 4, woken)  # the started ones go on, and end well
+    assert sorted(f.key for f in done if f.ok) == sorted(running)
+    time.sleep(0.5)
+    assert not any((tmp_path / f"{k}.started").exists() for k in waiting)  # never started

@@ -10,7 +10,7 @@ import time
 
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
-from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock
+from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock, RunControls
 from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
 from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRecord, JobRegistry
@@ -50,12 +50,26 @@ def record_of(rule: str) -> JobRecord:
     return JobRecord(info, TaskSpec(f"{rule}-1", (), "/", (), "/dev/null", None), {}, "direct")
 
 
-def make(clock: AllocationEnd | None, registry: JobRegistry, rec: Recorder) -> AllocationClock:
+def make(
+    clock: AllocationEnd | None,
+    registry: JobRegistry,
+    rec: Recorder,
+    started: dict[str, float] | None = None,
+) -> AllocationClock:
+    """The clock, with the run's side recorded; ``started``: what the workers say has
+    started (None: they could not be asked, every job counts as started)."""
     rec.registry = registry
-    return AllocationClock(
-        clock, 2.0, None, registry, rec.stop, lambda: rec.exits.append(time.time()),
-        rec.lines.append,
-    )  # fmt: skip
+
+    def withdraw(keys: list[str]) -> dict[str, float] | None:
+        if started is None:
+            return None
+        for key in keys:  # taken back: reported (quietly), gone from the registry
+            if key not in started:
+                registry.pop(key)
+        return {k: v for k, v in started.items() if k in keys}
+
+    controls = RunControls(rec.stop, lambda: rec.exits.append(time.time()), withdraw)
+    return AllocationClock(clock, 2.0, None, registry, controls, rec.lines.append)
 
 
 def test_it_lands_at_the_landing_point_and_stops_the_rest_at_the_hard_stop() -> None:
@@ -65,7 +79,9 @@ def test_it_lands_at_the_landing_point_and_stops_the_rest_at_the_hard_stop() -> 
     register(registry, "quick-1", start, 0.5)  # ends by the hard stop (+2 s): goes on
     register(registry, "unknown-1", start, None)
     register(registry, "long-1", start, 60.0)
-    watch = make(clock, registry, rec)
+    register(registry, "queued-1", start, 0.5)  # handed over, not started: taken back
+    started = {"quick-1": start, "unknown-1": start, "long-1": start}
+    watch = make(clock, registry, rec, started)
     watch.start()
     try:
         assert rec.done.wait(10), rec.stopped
@@ -79,10 +95,18 @@ def test_it_lands_at_the_landing_point_and_stops_the_rest_at_the_hard_stop() -> 
         registry.stop_reason
         and "landing before the allocation's time limit" in registry.stop_reason
     )
-    assert all(registry.is_quiet(k) for k in ("quick-1", "unknown-1", "long-1"))
-    assert "landing. No job starts any more; 1 running job(s) expected to finish" in rec.lines[0]
+    assert all(registry.is_quiet(k) for k in ("quick-1", "unknown-1", "long-1", "queued-1"))
+    assert rec.lines[0].endswith(
+        "landing. No job starts any more; 1 started job(s) expected to finish in time go on, "
+        "2 started job(s) that could not are stopped now (rule long (1), rule unknown (1); "
+        "Snakemake removes what they wrote), 1 job(s) that had not started are taken back, "
+        "not run. Snakemake ends as soon as the started jobs that go on are done."
+    ), rec.lines[0]
     summary = watch.summary("snakemake --executor dask-slurm")
-    assert summary and "3 stopped (their outputs removed)" in summary
+    assert summary and summary.startswith(
+        "the run landed before the allocation's time limit: 0 job(s) finished in this "
+        "allocation, 3 started job(s) stopped (their outputs removed), 1 never started."
+    ), summary
     assert summary.endswith("needed): snakemake --executor dask-slurm")
 
 
@@ -102,6 +126,8 @@ def test_sigusr1_lands_at_once_even_without_a_known_end() -> None:
     when, keys = rec.stopped[0]
     assert keys == ["a-1"] and when - asked < 0.5  # no known end: nothing finishes in time
     assert watch.landed_for == "SIGUSR1 received"
+    summary = watch.summary("cmd")  # not "before the time limit": there is none
+    assert summary and summary.startswith("the run landed (SIGUSR1 received): "), summary
 
 
 def test_jobs_that_cannot_finish_are_refused_the_first_of_a_rule_loudly() -> None:

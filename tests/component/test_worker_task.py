@@ -25,6 +25,7 @@ from tests.waiting import eventually
 def fresh_worker_state() -> None:
     # Module state of one worker process; each test plays a fresh worker.
     worker_task._stopped.clear()
+    worker_task._newly_started.clear()
 
 
 def spec(tmp_path: Path, script: str, key: str = "k1", tmpdir: str | None = None) -> TaskSpec:
@@ -177,3 +178,40 @@ def test_a_worker_exiting_without_teardown_takes_its_jobs_along(tmp_path: Path) 
     except AssertionError:
         os.kill(pid, 9)
         raise
+
+
+class EventLog:
+    """What a Dask worker's ``log_event`` was given."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object]] = []
+
+    def log_event(self, topic: str, msg: object) -> None:
+        self.events.append((topic, msg))
+
+
+def test_a_worker_reports_which_jobs_it_started_once_a_second_at_most(tmp_path: Path) -> None:
+    worker = EventLog()
+    worker_task._report_started(worker)  # nothing new: nothing said
+    for key in ("r1", "r2"):
+        run_task(spec(tmp_path, "true", key=key))
+    worker_task._report_started(worker)
+    worker_task._report_started(worker)  # said once
+    assert worker.events == [(worker_task.STARTED_TOPIC, ["r1", "r2"])]
+
+
+def test_withdraw_keeps_what_runs_and_stops_the_rest_from_starting(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    result: list[object] = []
+    slow = spec(tmp_path, f"touch {marker}; sleep 30", key="runs")
+    thread = threading.Thread(target=lambda: result.append(run_outcome(slow)))
+    thread.start()
+    eventually("the job running", marker.exists, 10, 0.02)
+    running = worker_task.withdraw_tasks(["runs", "queued"])
+    assert list(running) == ["runs"] and running["runs"] > 0
+    with pytest.raises(JobFailed) as caught:
+        run_task(spec(tmp_path, "touch never", key="queued"))
+    assert caught.value.outcome.start_error == "it was stopped before it started"
+    assert not (tmp_path / "never").exists()
+    kill_tasks(["runs"], grace=0.5)
+    thread.join(10)
