@@ -112,7 +112,7 @@ def test_the_same_batch_script_again_and_again_finishes_the_workflow(
     # The landing: the unknown-duration job stopped, one message, the command to go on.
     assert "landing. No job starts any more" in out and "rule slow (1)" in out, out
     summary = re.search(r"the run landed before the allocation's time limit: (.*)", out)
-    assert summary and "1 stopped (their outputs removed)" in summary[1], out
+    assert summary and "1 started job(s) stopped (their outputs removed)" in summary[1], out
     assert "--executor dask-slurm --jobs 2 --keep-going --config" in summary[1], out
     assert out.count("was not started") <= 2, out  # one message per rule (big, short)
     done = check_outputs(tmp_path, None)
