@@ -416,3 +416,38 @@ def test_jobs_pack_by_cpus_and_never_oversubscribe(workflow: Workflow) -> None:
     assert any(a[0] < b[1] and b[0] < a[1] for a in singles for b in singles if a != b), (
         "single-threaded jobs should run side by side"
     )
+
+
+@pytest.mark.workflow("sleepers")
+def test_a_second_run_in_the_same_directory_stops_at_once_and_leaves_the_first_alone(
+    workflow: Workflow,
+) -> None:
+    """Two runs with --nolock in one directory: the second stops within seconds, naming
+    the first and --dask-slurm-run-dir; the first's scheduler file and logs are untouched
+    and it completes."""
+    args = ["--nolock", "--jobs", "2", "--config", f"token={workflow.token}", "seconds=8"]
+    first = subprocess.Popen(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", *args, "count=2"],
+        cwd=workflow.path, env=workflow.env(), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        logs = workflow.path / ".snakemake/dask-slurm/logs"
+        eventually("the first run's jobs started", lambda: list(workflow.path.glob("started*")),
+                   90, 0.1, still_running(first))  # fmt: skip
+        scheduler_log = (logs / "scheduler.log").read_text()
+        began = time.monotonic()
+        second = workflow.snakemake(*args, "count=3", "--forcerun", "sleeper", timeout=60)
+        assert time.monotonic() - began < 30, second
+        assert second.returncode != 0, second
+        assert "Another run uses the run directory" in second.output, second
+        assert "--dask-slurm-run-dir" in second.output, second
+        assert (logs / "scheduler.json").exists(), "the second run removed the first's file"
+        assert (logs / "scheduler.log").read_text().startswith(scheduler_log[:200])
+        output, _ = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    assert first.returncode == 0, output
+    assert [workflow.read(f"out/slept{i}.txt") for i in range(2)] == ["slept\n"] * 2
