@@ -103,6 +103,20 @@ CONTENDERS = (
         dask=True,
     ),
     Contender(
+        "dask-local-rec-noreport",
+        "dask-local-rec without the usage report (--dask-slurm-no-usage-report): what the "
+        "report costs",
+        (
+            "--executor",
+            "dask-slurm",
+            "--dask-slurm-cluster",
+            "local",
+            *RECOMMENDED,
+            "--dask-slurm-no-usage-report",
+        ),
+        dask=True,
+    ),
+    Contender(
         "dask-local-general",
         "dask-slurm, local cluster, recommended settings, every rule the general way "
         "(a Snakemake per rule: --dask-slurm-no-direct-shell)",

@@ -34,9 +34,13 @@ class JobListener:
     def worker_left(self, name: str) -> None:
         """The worker ``name`` left the scheduler (retired, lost, or at the end)."""
 
+    def run_ending(self, command: str) -> None:
+        """The run is over (any way: success, failure, Ctrl-C, landing) and its cluster is
+        about to close: start what can overlap the close (``command``: how to run it
+        again)."""
+
     def run_ended(self, command: str) -> None:
-        """The run is over (any way: success, failure, Ctrl-C, landing) and its cluster
-        closed: say what there is to say (``command``: how to run it again)."""
+        """The run is over and its cluster closed: say what there is to say."""
 
 
 class Listeners(list[JobListener]):
@@ -61,6 +65,10 @@ class Listeners(list[JobListener]):
     def worker_left(self, name: str) -> None:
         for listener in self:
             listener.worker_left(name)
+
+    def run_ending(self, command: str) -> None:
+        for listener in self:
+            listener.run_ending(command)
 
     def run_ended(self, command: str) -> None:
         for listener in self:

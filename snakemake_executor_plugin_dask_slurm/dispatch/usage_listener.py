@@ -16,6 +16,7 @@ Wiring, in the executor (a few lines)::
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +27,9 @@ from ..report.usage import Ended, Handover, RunFacts, UsageCollector, handover_f
 from .listeners import JobListener
 from .outcomes import Finished
 from .registry import JobRecord
+
+#: Seconds the end of the run waits for the report (100,000 jobs take about 10).
+WRITE_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -99,18 +103,37 @@ class UsageListener(JobListener):
         #: their own in their usage).
         self.slurm_job = slurm_job
         self.report = report
+        self._writer: threading.Thread | None = None
+        self._lines: list[str] = []
 
-    def run_ended(self, command: str) -> None:
-        """Write the report (it never raises) and say where it is."""
+    def run_ending(self, command: str) -> None:
+        """Write the report on a thread of its own while the cluster closes (the page is
+        seconds of Bokeh; the close is mostly waiting for processes)."""
         place = self.report
-        if place is None:
+        if place is None or self._writer is not None:
             return
         run = RunFacts(
             place.began, time.time(), place.mode, self.slurm_job, command,
             self._stop_reason() or "",
         )  # fmt: skip
-        for line in self.collector.write_run(place.root, place.token, run):
-            place.say(line)
+
+        def write() -> None:
+            self._lines = self.collector.write_run(place.root, place.token, run)
+
+        self._writer = threading.Thread(target=write, name="dask-slurm-usage", daemon=True)
+        self._writer.start()
+
+    def run_ended(self, command: str) -> None:
+        """Say where the report is, once it is written (it never raises)."""
+        if self.report is None:
+            return
+        self.run_ending(command)  # not started yet (an end that skipped it)
+        assert self._writer is not None
+        self._writer.join(WRITE_TIMEOUT)
+        if self._writer.is_alive():
+            self._lines = [f"the usage report is still being written after {WRITE_TIMEOUT:.0f} s"]
+        for line in self._lines:
+            self.report.say(line)
 
     def handed_over(self, records: Sequence[JobRecord]) -> None:
         for record in records:

@@ -359,8 +359,10 @@ class Executor(RemoteExecutor):
             self._wake()  # the status thread may sit in sleep() for a second
             super().shutdown()
         finally:
+            command = shlex.join(sys.argv)
+            self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()
-            self._listeners.run_ended(shlex.join(sys.argv))  # the landing, the usage report
+            self._listeners.run_ended(command)  # the landing's summary, the report's lines
             if timing.ON:
                 timing.record("shutdown", began, time.time())
 
