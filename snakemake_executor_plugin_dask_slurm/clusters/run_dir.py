@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import time
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DaskSlurmError
+from ..report.detail import NAME as DETAIL_NAME
+from ..report.detail import close_detail_log, open_detail_log
 
 LOCK_NAME = "run.lock"
 
@@ -118,3 +121,29 @@ def release_run_dir(path: Path) -> None:
     if claim is not None and (claim.host, claim.pid) == (socket.gethostname(), os.getpid()):
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+@dataclass
+class RunFiles:
+    """What a run holds in its run directory while its cluster runs: the claim on it, and
+    its detail log (:mod:`..report.detail`)."""
+
+    claim: Path
+    detail: logging.Handler
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunFiles:
+        claim = claim_run_dir(run_dir)
+        try:
+            return cls(claim, open_detail_log(run_dir))
+        except BaseException:
+            release_run_dir(claim)
+            raise
+
+    @property
+    def detail_log(self) -> Path:
+        return self.claim.parent / "logs" / DETAIL_NAME
+
+    def close(self) -> None:
+        close_detail_log(self.detail)
+        release_run_dir(self.claim)

@@ -12,12 +12,10 @@ run stops, is the registry's to say, under its lock.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..clusters.base import ClusterSource
@@ -35,27 +33,8 @@ from ..dispatch.registry import (
     counts_by_rule,
 )
 from ..dispatch.routing import Route, RunState, route
+from ..report.detail import detail
 from ..report.messages import failure_message, job_label, lost_worker_line
-
-#: The detail log: what each job of a lost worker did, and how it was ended.
-detail = logging.getLogger("snakemake_executor_plugin_dask_slurm.detail")
-detail.propagate = False  # only into the run's file (see open_detail_log)
-
-
-def open_detail_log(path: Path) -> logging.Handler:
-    """Send the detail log to ``path`` (appended); the handler, to close at the end."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    detail.addHandler(handler)
-    detail.setLevel(logging.INFO)
-    return handler
-
-
-def close_detail_log(handler: logging.Handler) -> None:
-    detail.removeHandler(handler)
-    handler.close()
-
 
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5

@@ -10,8 +10,6 @@ of them is :class:`.failures.Failures`'; signals are :mod:`.signals`'.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import shlex
 import sys
@@ -27,7 +25,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
 from ..clusters.base import ClusterSource, started_lines, worker_offers
 from ..clusters.choose import local_worker_cpus, make_source
-from ..clusters.run_dir import check_run_dir, claim_run_dir, release_run_dir
+from ..clusters.run_dir import RunFiles, check_run_dir
 from ..config import RunConfig, resolve
 from ..dispatch.admission import Capacity
 from ..dispatch.dispatcher import Dispatcher
@@ -43,7 +41,8 @@ from ..report.hints import run_speed_hint
 from ..report.messages import stopped_line
 from ..worker import timing
 from . import signals
-from .failures import Failures, Say, Snakemake, close_detail_log, open_detail_log
+from .failures import Failures, Say, Snakemake
+from .wakeup import Wakeup
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
@@ -52,8 +51,6 @@ STATUS_INTERVAL = 1.0
 #: so that the first tasks of a large round start at once.
 CHUNK_JOBS = 64
 CHUNK_SECONDS = 0.02
-#: In the run directory's logs/: what the plugin decided about lost workers' jobs, each.
-DETAIL_LOG = "plugin.log"
 
 
 class Executor(RemoteExecutor):
@@ -66,8 +63,7 @@ class Executor(RemoteExecutor):
         self._dispatcher: Dispatcher | None = None
         self._failures: Failures | None = None
         self._registry = JobRegistry()
-        self._wake_loop: asyncio.AbstractEventLoop | None = None
-        self._wake_event: asyncio.Event | None = None
+        self._wakeup = Wakeup()
         self._source: ClusterSource | None = None
         self._closed = False
         self._started = False
@@ -154,9 +150,7 @@ class Executor(RemoteExecutor):
             self._start(source)
 
     def _start(self, source: ClusterSource) -> None:
-        self._claim = claim_run_dir(self.config.run_dir)  # one run's files at a time
-        detail_log = self.config.run_dir / "logs" / DETAIL_LOG
-        self._detail = open_detail_log(detail_log)
+        self._files = RunFiles.open(self.config.run_dir)  # one run's files at a time
         self._say(f"starting {source.description}")
         try:
             client = source.start()  # stops what it started if it fails
@@ -177,13 +171,12 @@ class Executor(RemoteExecutor):
                 lambda: self._registry.stop_reason, self._say, os.environ,
             )  # fmt: skip
             self._listeners.extend([usage] if usage else [])
-            dispatcher = Dispatcher(client, self._wake, self._on_removed, self._listeners)
+            dispatcher = Dispatcher(client, self._wakeup.set, self._on_removed, self._listeners)
         except BaseException:
             try:
                 source.close()
             finally:
-                close_detail_log(self._detail)
-                release_run_dir(self._claim)
+                self._files.close()
             raise
         self._source, self._dispatcher = source, dispatcher
         if timing.ON:
@@ -195,7 +188,7 @@ class Executor(RemoteExecutor):
         )
         failures = Failures(
             self._registry, source, dispatcher, snakemake, self.config.startup_timeout,
-            self._listeners, say, str(detail_log),
+            self._listeners, say, str(self._files.detail_log),
         )  # fmt: skip
         margins = (self.config.landing_margin, self.config.runtime_margin)
         controls = RunControls(failures.stop_jobs, self._exit_gracefully, failures.withdraw)
@@ -295,28 +288,17 @@ class Executor(RemoteExecutor):
 
     # -- completion (the status thread) ----------------------------------------------------
 
-    def _wake(self) -> None:
-        loop, event = self._wake_loop, self._wake_event
-        if loop is not None and event is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # closed meanwhile: nobody to wake
-                loop.call_soon_threadsafe(event.set)
-
     def _on_removed(self, worker: WorkerRef, silent: bool) -> None:
         """A worker left the scheduler unexpectedly (Dask's event thread)."""
-        self._wake()
+        self._wakeup.set()
         if self._failures is not None:
             self._failures.worker_removed(worker, silent)
 
     async def sleep(self) -> None:
-        if self._wake_event is None:
-            self._wake_event = asyncio.Event()
-            self._wake_loop = asyncio.get_running_loop()
         # STATUS_INTERVAL, not next_seconds_between_status_checks: the base class starts
         # this loop before __post_init__ runs, so the first sleep would read Snakemake's
         # default (10 s) and a cluster broken early would go unnoticed that long.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake_event.wait(), STATUS_INTERVAL)
-        self._wake_event.clear()
+        await self._wakeup.wait(STATUS_INTERVAL)
 
     async def check_active_jobs(
         self, active_jobs: list[SubmittedJobInfo]
@@ -356,7 +338,7 @@ class Executor(RemoteExecutor):
         try:
             with self.lock:
                 self.wait = False
-            self._wake()  # the status thread may sit in sleep() for a second
+            self._wakeup.set()  # the status thread may sit in sleep() for a second
             super().shutdown()
         finally:
             command = shlex.join(sys.argv)
@@ -385,8 +367,7 @@ class Executor(RemoteExecutor):
             try:
                 self._source.close()
             finally:
-                close_detail_log(self._detail)
-                release_run_dir(self._claim)
+                self._files.close()
                 for line in self._source.closing_lines():
                     self._say(line)
             self._closed = True
