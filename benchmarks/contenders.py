@@ -21,8 +21,9 @@ RECOMMENDED = (
     "--max-jobs-per-timespan",
     "100000/1s",
 )
-#: Every rule the general way (a Snakemake per rule), with the recommended settings.
-GENERAL_WAY = (
+#: Every rule the general way, warm (Snakemake's job command forked from a process that
+#: parsed the workflow once), with the recommended settings.
+WARM_WAY = (
     "--executor",
     "dask-slurm",
     "--dask-slurm-cluster",
@@ -30,6 +31,8 @@ GENERAL_WAY = (
     *RECOMMENDED,
     "--dask-slurm-no-direct-shell",
 )
+#: Every rule the general way, cold (a fresh Snakemake per rule).
+GENERAL_WAY = (*WARM_WAY, "--dask-slurm-no-warm")
 #: Set for a run: the wrapper leaves Snakemake's default general args (no exit-wait cut).
 KEEP_EXIT_WAIT_ENV = "DASK_SLURM_BENCH_KEEP_EXIT_WAIT"
 #: salloc arguments for the contenders that run inside an allocation.
@@ -118,11 +121,19 @@ CONTENDERS = (
     ),
     Contender(
         "dask-local-general",
-        "dask-slurm, local cluster, recommended settings, every rule the general way "
-        "(a Snakemake per rule: --dask-slurm-no-direct-shell)",
+        "dask-slurm, local cluster, recommended settings, every rule the general way, cold "
+        "(a Snakemake per rule: --dask-slurm-no-direct-shell --dask-slurm-no-warm)",
         GENERAL_WAY,
         dask=True,
         max_rules=30,
+    ),
+    Contender(
+        "dask-local-warm",
+        "dask-slurm, local cluster, recommended settings, every rule the general way, warm "
+        "(Snakemake's job command forked from a process that parsed the workflow once: "
+        "--dask-slurm-no-direct-shell)",
+        WARM_WAY,
+        dask=True,
     ),
     Contender(
         "dask-local-general-exitwait",

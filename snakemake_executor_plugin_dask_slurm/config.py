@@ -54,6 +54,8 @@ class RunConfig:
     worker_ttl: float = 30.0
     #: Where each run's usage report goes, in a subdirectory of its own (None: no report).
     usage_report_dir: Path | None = None
+    #: General-way jobs run on the warm path where they can (--dask-slurm-no-warm: never).
+    warm: bool = True
 
 
 #: The usage reports' directory inside the run directory, unless set.
@@ -315,4 +317,5 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         growth=resolve_growth(settings, cluster),
         warnings=warnings,
         usage_report_dir=usage_report_dir,
+        warm=not settings.no_warm,
     )

@@ -144,6 +144,17 @@ class ExecutorSettings(ExecutorSettingsBase):
             "commands directly on the worker (milliseconds each).",
         },
     )
+    no_warm: bool = field(
+        default=False,
+        metadata={
+            "help": "Run every job that is not a plain shell command (run:, script:, "
+            "notebook:, wrapper:, benchmark:, shadow:, group jobs) as a fresh Snakemake "
+            "per job (the cold way, ~1-3 s each) instead of in a process forked from one "
+            "that imported Snakemake and parsed the workflow once beside each worker (the "
+            "warm way: tens of milliseconds). Both run Snakemake's same job command; jobs "
+            "the warm way cannot run identically go the cold way anyway, counted at the end.",
+        },
+    )
     nanny: bool = field(
         default=False,
         metadata={

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.warm import ZYGOTE_MODULE
 from snakemake_executor_plugin_dask_slurm.worker import SUPERVISOR_MODULE
 
 WORKFLOWS = Path(__file__).parent / "workflows"
@@ -30,6 +31,7 @@ PLUGIN_MARKERS = (
     "distributed.cli.dask_scheduler",
     "distributed.cli.dask_worker",
     SUPERVISOR_MODULE,
+    ZYGOTE_MODULE,  # the warm process, its servers and warm jobs (forks of it)
 )
 
 pytest_plugins = ["tests.slurm_cluster.fixtures"]

@@ -32,6 +32,7 @@ from tests.appenders import (
     worker_pids,
 )
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+from tests.test_warm import FAULTS_ARGS, check_faults, drive_faults
 from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
@@ -203,3 +204,20 @@ def test_daemons_of_jobs_on_the_nodes_end_with_their_jobs(
         assert not left, f"daemons outlived their jobs on the nodes: {left}"
         code, output = finish(proc)
         assert code == 0, output
+
+
+def test_faults_of_the_warm_path_on_the_nodes(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """tests/test_warm.py's faults in a 3-node allocation: every node's warm process is
+    killed under the jobs it runs."""
+    workdir = Path(shutil.copytree(WORKFLOWS / "warm_faults", tmp_path / "wf"))
+    with slurm_cluster.salloc_background(
+        f"warm-{no_leftovers}",
+        ["-N3", "--exclusive", "--time=5", f"--chdir={workdir}"],
+        [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "10", *FAULTS_ARGS,
+         f"token={no_leftovers}"],
+        {"DASK_SLURM_TEST_TOKEN": no_leftovers},
+    ) as proc:  # fmt: skip
+        output = drive_faults(workdir, proc)
+    check_faults(workdir, proc.returncode, output)

@@ -59,15 +59,18 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
     if not isinstance(key, str):
         return None
     usage = Usage.from_wire(msg.get("usage"))
+    cold = msg.get("cold")
+    cold = str(cold) if cold is not None else None
     if msg.get("ok"):
         seconds = msg.get("seconds")
         seconds = float(seconds) if seconds is not None else None
-        return Finished(key, True, seconds=seconds, usage=usage)
+        return Finished(key, True, seconds=seconds, usage=usage, cold=cold)
     name, pid = msg.get("worker_name"), msg.get("worker_pid")
     on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
     outcome = msg.get("outcome")
     if isinstance(outcome, dict):
-        return Finished(key, False, outcome=TaskOutcome(**outcome), on=on, usage=usage)
+        found = TaskOutcome(**outcome)
+        return Finished(key, False, outcome=found, on=on, usage=usage, cold=found.cold)
     problem = str(msg.get("problem") or "it failed on its worker")
     return Finished(key, False, problem=problem, on=on, usage=usage)
 

@@ -6,9 +6,11 @@ Two ways, both correct:
   directories, stale outputs removed, as Snakemake's own job command would do), the fully
   formatted command is run with the same shell, strict-mode prefix, suffix and
   ``*_NUM_THREADS`` / ``TMPDIR`` variables as Snakemake's ``shell()``.
-* **general** — everything else: Snakemake's own job command (``format_job_exec``), a
-  fresh Snakemake that runs the job, in the workflow's working directory; a group job's
-  through :mod:`.group_runner`.
+* **general** — everything else: Snakemake's own job command (``format_job_exec``), in
+  the workflow's working directory; a group job's through :mod:`.group_runner`. The worker
+  runs it on the warm path (the same arguments, in a process forked from one that has
+  the workflow parsed: :mod:`..warm`) when the task carries a :class:`WarmSpec`, else the
+  cold way (a fresh Snakemake); ``TaskSpec.cold`` says why not warm.
 
 This is the one module that reads Snakemake internals beyond the executor interface
 (``rule.shellcmd``, ``job.prepare()``, ``snakemake.shell.shell``); Snakemake is pinned
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dis
+import os
 import string
 import sys
 from collections import ChainMap
@@ -29,7 +32,8 @@ from typing import Any
 from snakemake.shell import shell as snakemake_shell
 from snakemake.utils import QuotedFormatter, SequenceFormatter
 
-from ..worker.wire import SYSTEM_TMPDIR, TaskSpec
+from ..warm.command import Unsplittable, parse_job_command
+from ..worker.wire import SYSTEM_TMPDIR, TaskSpec, WarmSpec
 from .direct_way import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
 from .group_runner import MODULE as GROUP_RUNNER
 
@@ -221,6 +225,40 @@ def job_facts(job: Any, command: str, tmpdir_expression: bool) -> JobFacts:
     )
 
 
+#: Why a job goes the cold way when the warm path is turned off.
+WARM_OFF = "the warm path is off (--dask-slurm-no-warm)"
+
+
+def deployment_reason(job: Any, workflow: Any) -> str | None:
+    """Why ``job`` (each member of a group) must go the cold way for its software
+    deployment, or None. Conda, Apptainer and environment modules go the cold way: the
+    warm path would run Snakemake's same code for them, but no machine the plugin is
+    tested on has them, so that is not verified."""
+    from snakemake.settings.types import DeploymentMethod
+
+    methods = workflow.deployment_settings.deployment_method
+    for member in job.jobs if job.is_group() else (job,):
+        rule = member.rule
+        if DeploymentMethod.CONDA in methods and rule.conda_env is not None:
+            return "conda: (software deployment is not verified on the warm path)"
+        if DeploymentMethod.APPTAINER in methods and rule.container_img is not None:
+            return "container: (software deployment is not verified on the warm path)"
+        if DeploymentMethod.ENV_MODULES in methods and rule.env_modules:
+            return "envmodules: (software deployment is not verified on the warm path)"
+    return None
+
+
+def warm_spec(command: str, group: bool, log_dir: str) -> WarmSpec | str:
+    """The warm path's view of a general-way job command, or why it has none."""
+    try:
+        found = parse_job_command(command)
+    except Unsplittable as e:
+        return f"its job command needs a shell to run: {e}"
+    if found.module not in ("snakemake", GROUP_RUNNER):
+        return f"its job command runs {found.module}, not snakemake"
+    return WarmSpec(found.python, found.argv, found.exports, group, log_dir)
+
+
 def thread_environment(threads: int) -> tuple[tuple[str, str], ...]:
     value = str(threads)
     return tuple((name, value) for name in THREAD_VARIABLES)
@@ -276,9 +314,13 @@ class JobCommandBuilder:
     format_job_exec: Callable[[Any], str]
     #: Runs a coroutine to completion on Snakemake's side (``workflow.async_run``).
     run_async: Callable[[Awaitable[Any]], Any]
+    #: Run general-way jobs on the warm path where they can go (--dask-slurm-no-warm: no).
+    warm: bool = False
 
     def __post_init__(self) -> None:
         self._rule_blockers: dict[str, tuple[str, ...]] = {}
+        self._deployment: dict[tuple[str, ...], str | None] = {}
+        self._warm_log_dir = os.path.dirname(self.log_root.rstrip("/"))
         self._base_env = tuple(self.base_env.items())
         self._shell = shell_wrapper()
         self._thread_env: dict[int, tuple[tuple[str, str], ...]] = {}
@@ -341,10 +383,23 @@ class JobCommandBuilder:
         if job.is_group():
             command = with_group_runner(command, sys.executable)
         argv = (GENERAL_SHELL, "-c", command)
+        warm = self._warm(job, command)
         spec = TaskSpec(
-            key, argv, self.workdir, self._base_env, self.log_path(job), None, job.priority
-        )
+            key, argv, self.workdir, self._base_env, self.log_path(job), None, job.priority,
+            warm=warm if isinstance(warm, WarmSpec) else None,
+            cold=warm if isinstance(warm, str) else None,
+        )  # fmt: skip
         return spec, "general"
+
+    def _warm(self, job: Any, command: str) -> WarmSpec | str:
+        """How the warm path runs this general-way job, or why it goes the cold way."""
+        if not self.warm:
+            return WARM_OFF
+        rules = tuple(sorted(set(job.rules)))
+        if rules not in self._deployment:
+            self._deployment[rules] = deployment_reason(job, self.workflow)
+        reason = self._deployment[rules]
+        return reason if reason else warm_spec(command, job.is_group(), self._warm_log_dir)
 
     def _direct(self, job: Any, key: str) -> TaskSpec | None:
         """The direct way's spec, or None when this job must go the general way."""

@@ -36,6 +36,8 @@ class Finished:
     #: What the job used, measured on its worker (success or failure); None if it never
     #: ran, or no word came from its worker (lost, cancelled).
     usage: Usage | None = None
+    #: A general-way job that ran the cold way (a fresh Snakemake): why.
+    cold: str | None = None
 
 
 class SubmitFailed(Exception):

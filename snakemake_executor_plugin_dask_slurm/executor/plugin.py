@@ -28,6 +28,7 @@ from ..clusters.choose import local_worker_cpus, make_source
 from ..clusters.run_dir import RunFiles, check_run_dir
 from ..config import RunConfig, resolve
 from ..dispatch.admission import Capacity
+from ..dispatch.cold_ways import ColdWays
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.intake import Intake
 from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
@@ -97,6 +98,7 @@ class Executor(RemoteExecutor):
             direct_shell=self.config.direct_shell,
             format_job_exec=self.format_job_exec,
             run_async=self.workflow.async_run,
+            warm=self.config.warm,
         )
         self._say(f"{self.config.cluster} ({self.config.cluster_reason})")
         for warning in self.config.warnings:
@@ -133,8 +135,11 @@ class Executor(RemoteExecutor):
 
     def additional_general_args(self) -> str:
         # A spawned Snakemake otherwise waits ~1 s at exit for its job-rate limiter's
-        # timer; the outer Snakemake already rate-limits submissions.
-        return "--max-jobs-per-timespan 100000/0s"
+        # timer; the outer Snakemake already rate-limits submissions. Its job selection
+        # is this run's: greedy unless the user chose ilp (which solves an integer
+        # program in a CBC process, ~20-30 ms, for the job's one-job DAG).
+        selection = " --scheduler greedy" if self._scheduling.scheduler == "greedy" else ""
+        return f"--max-jobs-per-timespan 100000/0s{selection}"
 
     # -- the first round: scheduling settings, the cluster -------------------------------
 
@@ -171,6 +176,7 @@ class Executor(RemoteExecutor):
                 lambda: self._registry.stop_reason, self._say, os.environ,
             )  # fmt: skip
             self._listeners.extend([usage] if usage else [])
+            self._listeners.append(ColdWays(self._say))
             dispatcher = Dispatcher(client, self._wakeup.set, self._on_removed, self._listeners)
         except BaseException:
             try:

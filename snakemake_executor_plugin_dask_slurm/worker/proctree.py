@@ -135,7 +135,10 @@ def become_subreaper() -> bool:
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
-    """Send ``sig`` to process group ``pgid``, if it still has members we may signal."""
+    """Send ``sig`` to process group ``pgid``, if it still has members we may signal
+    (never to group 0 or 1: ``killpg(0)`` is the caller's own group)."""
+    if pgid <= 1:
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
 

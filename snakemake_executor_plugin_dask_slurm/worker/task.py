@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import proctree, timing
+from . import proctree, timing, warm_host
 from .logtail import read_tail
-from .waiting import wait_until
+from .waiting import Deadline, wait_until
+from .warm_host import WarmLost, WarmProc
 from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, Usage
 
 if TYPE_CHECKING:
@@ -42,20 +43,25 @@ ORPHAN_SCAN_INTERVAL = 1.0
 TAIL_LINES = 20
 _TMPDIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
 
-_running: dict[str, subprocess.Popen[bytes]] = {}
+#: Seconds to wait for the processes of a job whose warm process died to be gone.
+LOST_JOB_TIMEOUT = 10.0
+
+#: A running job's process: started here, or forked on the warm path.
+Proc = subprocess.Popen[bytes] | WarmProc
+_running: dict[str, Proc] = {}
 #: Keys of jobs being started (not yet in _running): their processes are not orphans.
 _starting: set[str] = set()
 #: Keys of jobs that were stopped: one that has not started yet must never start.
 _stopped: set[str] = set()
-#: When each running job started (for the landing: what it has left to run).
-_began: dict[str, float] = {}
-#: Jobs started since the last report to the plugin (see :func:`_report_started`).
-_newly_started: list[str] = []
 #: Set in a Dask worker (by ``dask_setup``), never in Snakemake's own process.
 _in_worker = False
 _lock = threading.Lock()
 #: Log directories this worker already created (one mkdir per directory, not per job).
 _made_dirs: set[str] = set()
+#: When each running job started (for the landing: what it has left to run).
+_began: dict[str, float] = {}
+#: Jobs started since the last report to the plugin (see :func:`_report_started`).
+_newly_started: list[str] = []
 
 
 def _environment(spec: TaskSpec) -> dict[str, str]:
@@ -70,15 +76,37 @@ def _environment(spec: TaskSpec) -> dict[str, str]:
     return env
 
 
-def _open_log(path: str) -> Any:
+def _make_log_dir(path: str) -> None:
     directory = os.path.dirname(path)
     if directory not in _made_dirs:
         os.makedirs(directory, exist_ok=True)
         _made_dirs.add(directory)
-    return open(path, "wb")
 
 
-def _start(spec: TaskSpec, host: str, started: float) -> subprocess.Popen[bytes]:
+def _open_log(path: str, mode: str = "wb") -> Any:
+    _make_log_dir(path)
+    return open(path, mode)
+
+
+def _popen(spec: TaskSpec, log_mode: str = "wb") -> subprocess.Popen[bytes]:
+    with _open_log(spec.log_path, log_mode) as log:
+        return subprocess.Popen(
+            spec.argv,
+            cwd=spec.cwd,
+            env=_environment(spec),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # Its own process group, for kill_tasks; but the worker's session, so
+            # that if the worker itself is killed outright, whoever started it can
+            # still find and end the job by session id.
+            process_group=0,
+        )
+
+
+def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]:
+    """Start the job: on the warm path if it can go there, else its command. The process,
+    and why a general-way job went the cold way (None: it did not)."""
     with _lock:
         stopped = spec.key in _stopped
         if not stopped:
@@ -86,34 +114,90 @@ def _start(spec: TaskSpec, host: str, started: float) -> subprocess.Popen[bytes]
     if stopped:
         stop = "it was stopped before it started"
         raise JobFailed(TaskOutcome(-1, host, started, started, "", stop))
+    cold = spec.cold
+    proc: Proc | None = None
     try:
-        with _open_log(spec.log_path) as log:
-            proc = subprocess.Popen(
-                spec.argv,
-                cwd=spec.cwd,
-                env=_environment(spec),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own process group, for kill_tasks; but the worker's session, so
-                # that if the worker itself is killed outright, whoever started it can
-                # still find and end the job by session id.
-                process_group=0,
-            )
+        if spec.warm is not None:
+            _make_log_dir(spec.log_path)
+            found = warm_host.HOST.start(spec)
+            if isinstance(found, str):
+                cold = found
+            else:
+                proc = found
+        if proc is None:
+            proc = _popen(spec)
     except OSError as e:
         with _lock:
             _starting.discard(spec.key)
         error = f"{type(e).__name__}: {e}"
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error)) from None
+    except BaseException:
+        with _lock:
+            _starting.discard(spec.key)
+        raise
+    _register(spec.key, proc, started)
+    return proc, cold
+
+
+def _register(key: str, proc: Proc, started: float) -> None:
     with _lock:
-        _running[spec.key] = proc
-        _began[spec.key] = started
-        _newly_started.append(spec.key)
-        _starting.discard(spec.key)
-        stopped = spec.key in _stopped  # stopped while it was being started
+        _running[key] = proc
+        _began[key] = started
+        _newly_started.append(key)
+        _starting.discard(key)
+        stopped = key in _stopped  # stopped while it was being started
     if stopped:
         _signal_group(proc, signal.SIGTERM)
-    return proc
+
+
+#: A job whose warm process died before it said the job started (pid 0: unknown) may
+#: have been forked just before: its process writes its marker first thing, within this.
+MARKER_WINDOW = 0.2
+
+
+def _end_lost_job(key: str, pgid: int) -> bool:
+    """SIGKILL every process of the job ``key`` (its group, and whatever carries its
+    marker) until none is left; whether that happened within LOST_JOB_TIMEOUT."""
+    deadline = Deadline(LOST_JOB_TIMEOUT)
+    if pgid <= 1:
+        time.sleep(MARKER_WINDOW)
+    while True:
+        if pgid > 1:
+            proctree.signal_group(pgid, signal.SIGKILL)
+        table = proctree.scan()
+        found = proctree.processes_of_jobs([key], table)
+        alive = (pgid > 1 and proctree.pid_alive(pgid)) or bool(found)
+        if not alive:
+            return True
+        if deadline.expired:
+            return False
+        proctree.send(proctree.descendants(found, table), signal.SIGKILL)
+        proctree.reap(found)  # those this worker adopted
+        time.sleep(0.02)
+
+
+def _run_cold_after_loss(
+    spec: TaskSpec, proc: WarmProc, reason: str, host: str, started: float
+) -> tuple[int, str]:
+    """A warm job whose warm process died: end what is left of it, then run it again, in
+    place, the cold way (whose own job preparation removes what the first try wrote)."""
+    if not _end_lost_job(spec.key, proc.pid):
+        error = (
+            f"{reason}, and the job's processes (group {proc.pid}, marker "
+            f"{proctree.JOB_MARKER}={spec.key}) did not end within {LOST_JOB_TIMEOUT:.0f} s: "
+            "it is not run again, so that no two copies run"
+        )
+        raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error))
+    with _lock:
+        stopped = spec.key in _stopped
+    if stopped:
+        return -signal.SIGKILL, f"lost with its warm process: {reason}"
+    with contextlib.suppress(OSError), _open_log(spec.log_path, "ab") as log:
+        note = f"\ndask-slurm: {reason}; its processes are gone: running it the cold way\n"
+        log.write(note.encode())
+    cold = _popen(spec, "ab")
+    _register(spec.key, cold, started)
+    return _reap(cold), f"its warm process died while it ran ({reason}): run again"
 
 
 def run_task(spec: TaskSpec) -> TaskOutcome:
@@ -125,52 +209,69 @@ def run_task(spec: TaskSpec) -> TaskOutcome:
 
 
 def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage | None]:
-    """:func:`run_task`, and what the job used (None only where the kernel could not say).
+    """:func:`run_task`, and what the job used (None where the kernel could not say).
 
     ``worker`` is the Dask worker's name, for the record. A failed job's usage travels in
-    its :class:`JobFailed`.
+    its :class:`JobFailed`. A cold job is reaped here with ``os.wait4``; a warm job's
+    figures come from the warm process that reaped it.
     """
     started = time.time()
     clock = time.monotonic()
     host = socket.gethostname()
-    proc = _start(spec, host, started)
+    proc, cold = _start(spec, host, started)
     # Read after the fork: the worker's peak then is at least what the job inherited.
     floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // _RSS_UNIT
+    rusage: tuple[float, int] | None = None
     try:
-        returncode, rusage = _reap(proc)
+        try:
+            returncode, rusage = _wait(proc)
+            if isinstance(proc, WarmProc):
+                floor = proc.floor_kb or floor
+        except WarmLost as lost:
+            assert isinstance(proc, WarmProc)
+            returncode, cold = _run_cold_after_loss(spec, proc, lost.reason, host, started)
         wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
-        _signal_group(proc, signal.SIGKILL)
         with _lock:
-            _running.pop(spec.key, None)
+            last = _running.pop(spec.key, proc)
             _began.pop(spec.key, None)
+        _signal_group(proc, signal.SIGKILL)
+        _signal_group(last, signal.SIGKILL)
         timing.task_done(spec.key, started, time.time())
     usage = None
     if rusage is not None:
-        usage = Usage(
-            host,
-            worker,
-            os.environ.get("SLURM_JOB_ID", ""),
-            started,
-            wall,
-            rusage.ru_utime + rusage.ru_stime,
-            rusage.ru_maxrss // _RSS_UNIT,
-            floor,
-        )
+        cpu, maxrss = rusage
+        slurm_job = os.environ.get("SLURM_JOB_ID", "")
+        usage = Usage(host, worker, slurm_job, started, wall, cpu, maxrss, floor)
     if returncode:
-        outcome = TaskOutcome(
-            returncode, host, started, time.time(), read_tail(spec.log_path, TAIL_LINES)
-        )
+        tail = read_tail(spec.log_path, TAIL_LINES)
+        outcome = TaskOutcome(returncode, host, started, time.time(), tail, cold=cold)
         raise JobFailed(outcome, usage)
-    return TaskOutcome(0, host, started, time.time(), ""), usage
+    return TaskOutcome(0, host, started, time.time(), "", cold=cold), usage
 
 
 #: ``ru_maxrss`` is in KiB on Linux, in bytes on macOS.
 _RSS_UNIT = 1024 if sys.platform == "darwin" else 1
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> tuple[int, struct_rusage | None]:
+def _wait(proc: Proc) -> tuple[int, tuple[float, int] | None]:
+    """The job's exit code, and its (CPU seconds, peak RSS KiB) where known."""
+    if isinstance(proc, WarmProc):
+        returncode = proc.wait()  # raises WarmLost
+        known = proc.cpu is not None and proc.maxrss_kb is not None
+        return returncode, (proc.cpu, proc.maxrss_kb) if known else None  # type: ignore[return-value]
+    returncode, rusage = _reap_with_usage(proc)
+    if rusage is None:
+        return returncode, None
+    return returncode, (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss // _RSS_UNIT)
+
+
+def _reap(proc: subprocess.Popen[bytes]) -> int:
+    return _reap_with_usage(proc)[0]
+
+
+def _reap_with_usage(proc: subprocess.Popen[bytes]) -> tuple[int, struct_rusage | None]:
     """Wait for the job's process as ``Popen.wait()`` does, but with ``os.wait4``, which
     also returns what it and its waited-for descendants used: ``(returncode, rusage)``.
 
@@ -215,6 +316,8 @@ def run_and_report(spec: TaskSpec) -> None:
         done, usage = run_measured(spec, str(worker.name))
         # How long it ran: the plugin learns each rule's durations (walltime placement).
         msg = {"key": spec.key, "ok": True, "seconds": done.finished - done.started}
+        if done.cold is not None:
+            msg["cold"] = done.cold
     except JobFailed as e:
         msg = {"key": spec.key, "ok": False, "outcome": dataclasses.asdict(e.outcome)}
         usage = e.usage
@@ -229,11 +332,15 @@ def run_and_report(spec: TaskSpec) -> None:
     worker.log_event(EVENT_TOPIC, msg)
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    proctree.signal_group(proc.pid, sig)  # the job's shell leads its own group
+def _signal_group(proc: Proc, sig: signal.Signals) -> None:
+    # The job's shell (or warm process) leads its group. A warm job whose warm process
+    # died before it said the job started has no known pid (0): never killpg(0), which
+    # would signal this worker's own group.
+    if proc.pid > 1:
+        proctree.signal_group(proc.pid, sig)
 
 
-def _kill_later(procs: list[subprocess.Popen[bytes]]) -> None:
+def _kill_later(procs: list[Proc]) -> None:
     for proc in procs:
         if proc.poll() is None:
             _signal_group(proc, signal.SIGKILL)
@@ -282,7 +389,7 @@ def end_orphans() -> list[int]:
     subreaper) whose job marker names no job that still runs here. Returns their pids."""
     table = proctree.scan()
     with _lock:
-        known = {proc.pid for proc in _running.values()}
+        known = {proc.pid for proc in _running.values()} | warm_host.HOST.pids()
         active = set(_running) | _starting
     victims: list[int] = []
     for pid in proctree.children_of(os.getpid(), table):

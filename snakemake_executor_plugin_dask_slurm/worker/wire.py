@@ -17,6 +17,22 @@ SYSTEM_TMPDIR = "system_tmpdir"
 
 
 @dataclass(frozen=True, slots=True)
+class WarmSpec:
+    """How the warm path runs a general-way job: Snakemake's job command, split."""
+
+    #: The interpreter of the job command (``<python> -m snakemake ...``).
+    python: str
+    #: The arguments after ``-m snakemake``.
+    argv: tuple[str, ...]
+    #: What the command's ``export NAME=value &&`` adds to the task's environment.
+    exports: tuple[tuple[str, str], ...]
+    #: A group job: its Snakemake's ``shell.kill`` remembers kills (see group_runner).
+    group: bool
+    #: Where the warm process of each worker writes its own log.
+    log_dir: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSpec:
     """One job, as the worker runs it."""
 
@@ -31,6 +47,10 @@ class TaskSpec:
     #: Snakemake's priority of the job (``priority:``, ``--prioritize``): Dask runs the
     #: higher first among the tasks a worker holds.
     priority: float = 0
+    #: A general-way job: how the warm path runs it (None: it cannot, see ``cold``).
+    warm: WarmSpec | None = None
+    #: A general-way job that goes the cold way (``argv``): why.
+    cold: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +63,7 @@ class TaskOutcome:
     finished: float
     tail: str  # the end of the job's log when it failed, else ""
     start_error: str | None = None  # the command could not be started at all
+    cold: str | None = None  # a general-way job that ran the cold way: why
 
 
 @dataclass(frozen=True, slots=True)

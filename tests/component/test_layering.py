@@ -10,6 +10,9 @@
 - ``clusters/`` and ``dispatch/`` never import each other: only the executor, the glue,
   imports both; nothing imports the executor.
 - ``report/`` (what the user is told) imports neither ``clusters/`` nor ``dispatch/``.
+- ``warm/`` runs beside each worker, with Snakemake imported (the warm path): of the plugin
+  it imports only ``worker/`` and itself, and never Dask, so that it starts as fast as
+  Snakemake does.
 - Only named modules start processes (import ``subprocess``).
 - Importing a worker-side module imports neither Snakemake nor the rest of the plugin.
 """
@@ -35,7 +38,10 @@ SUBPROCESS_USERS = {
     "clusters/worker_jobs/in_job.py",  # what a worker job runs: it starts the job's srun steps
     "worker/supervisor.py",
     "worker/task.py",
+    "worker/warm_host.py",  # starts the warm process beside its worker
 }
+#: What warm/ must never import (the cluster's and the main process's side).
+WARM_FORBIDDEN = {"distributed", "dask", "tornado"}
 
 
 def modules() -> list[Path]:
@@ -79,6 +85,10 @@ def test_imports_point_the_right_way(path: Path) -> None:
                 or (not at_top and root in WORKER_HOSTED)
             )
             assert allowed, f"worker/{path.name} imports {module}"
+        if where == "warm":
+            assert root not in WARM_FORBIDDEN, f"warm/{path.name} imports {module}"
+            own = root != NAME or inside in ("warm", "worker")
+            assert own, f"warm/{path.name} imports {module}"
         if where == "slurm" and root == NAME:
             assert inside not in ("clusters", "dispatch", "report", "executor"), (
                 f"slurm/{path.name} imports {module}"
@@ -106,7 +116,8 @@ def test_the_layering_test_sees_imports() -> None:
 def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
     worker = f"{NAME}.worker"
     probe = (
-        f"import sys, {worker}.task, {worker}.supervisor, {worker}.scheduler_preload;"
+        f"import sys, {worker}.task, {worker}.supervisor, {worker}.scheduler_preload, "
+        f"{worker}.warm_host;"
         f"bad = sorted(m for m in sys.modules if m.split('.')[0] in "
         f"('snakemake', 'snakemake_interface_common', 'distributed', 'dask') "
         f"or (m.startswith('{NAME}.') and not m.startswith('{NAME}.worker')));"
@@ -114,3 +125,29 @@ def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
+    """Its own modules bring only warm/ and worker/; Snakemake's plugin registry then
+    imports every executor plugin (this one's executor too, as `python -m snakemake`
+    does), but nothing of Dask."""
+    warm = f"{NAME}.warm"
+    probe = (
+        f"import sys, {warm}.zygote, {warm}.primed, {warm}.child, {warm}.snakemake_side;"
+        f"own = sorted(m for m in sys.modules if m.startswith('{NAME}.') "
+        f"and m.split('.')[1] not in ('warm', 'worker'));"
+        f"{warm}.snakemake_side.load();"
+        "dask = sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask'));"
+        "print(own, dask); sys.exit(1 if own or dask else 0)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_worker_names_the_warm_modules_the_warm_package_has() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm import ZYGOTE_MODULE
+    from snakemake_executor_plugin_dask_slurm.worker.warm_host import ZYGOTE_MODULE as NAMED
+
+    assert NAMED == ZYGOTE_MODULE

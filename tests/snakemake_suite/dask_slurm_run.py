@@ -61,11 +61,12 @@ TOKEN_VAR = "SNAKEMAKE_SUITE_TEST_TOKEN"
 DASK_MARKERS = ("distributed.cli.dask_scheduler", "distributed.cli.dask_worker")
 #: The plugin's supervisor (``python -m snakemake_executor_plugin_dask_slurm[.worker].supervisor``,
 #: one per worker), whichever subpackage it lives in.
-SUPERVISOR = re.compile(r"snakemake_executor_plugin_dask_slurm(?:\.\w+)*\.supervisor\b")
+SUPERVISOR = re.compile(r"snakemake_executor_plugin_dask_slurm(?:\.\w+)*\.(?:supervisor|zygote)\b")
 
 
 def is_dask_process(cmd: str) -> bool:
-    """Whether a command line is a Dask scheduler, worker or the plugin's supervisor."""
+    """Whether a command line is a Dask scheduler, worker, the plugin's supervisor or its
+    warm process (whose servers and warm jobs, being forks, show its command line)."""
     return any(m in cmd for m in DASK_MARKERS) or SUPERVISOR.search(cmd) is not None
 
 

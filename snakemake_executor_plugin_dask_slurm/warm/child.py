@@ -1,0 +1,142 @@
+"""A job's own process, forked from a primed server: made to look like the process the
+cold way starts (``python -m snakemake <argv>``), then Snakemake's ``main()``.
+
+What a fresh interpreter would have and a fork does not, set here in this order: its own
+process group (so that the worker's kill of the job's group reaches it and what it
+starts), the job marker where ``/proc`` shows it (:mod:`.marker`), the signal
+dispositions the zygote started with (none of the servers' handlers, no wakeup fd, no
+blocked signals), only the file descriptors a started process has (the servers' sockets
+closed; stdin from /dev/null, stdout and stderr into the job's log), the job's
+environment and working directory, ``sys.argv``, fresh random state. At the end, what
+interpreter exit does: wait for the job's non-daemon threads, run the exit handlers,
+flush; then ``os._exit`` (never back into the server's code).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+from ..worker.proctree import JOB_MARKER
+from . import marker, member, snakemake_side
+from .group_kill import install as install_group_kill
+
+#: Exit status when the job's process could not even be set up (sysexits EX_SOFTWARE).
+SETUP_FAILED = 70
+
+
+def record_signals() -> dict[int, Any]:
+    """The signal dispositions of this process now (call first thing at start-up)."""
+    found = {}
+    for sig in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            handler = signal.getsignal(sig)
+            if handler is not None:
+                found[int(sig)] = handler
+    return found
+
+
+def restore_signals(dispositions: Mapping[int, Any]) -> None:
+    signal.set_wakeup_fd(-1)
+    for sig, handler in dispositions.items():
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            signal.signal(sig, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+def _take_fds(fds: Sequence[int]) -> None:
+    """A group member: the group process's stdin, stdout and stderr, as a spawned shell
+    would inherit them."""
+    for target, fd in enumerate(fds[:3]):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _redirect(log_path: str) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _reseed() -> None:
+    """Python's ``random`` reseeds itself after a fork; numpy's global state does not."""
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        with contextlib.suppress(Exception):
+            numpy_random.seed()
+
+
+def _finish(code: int) -> int:
+    """What the interpreter does at exit before it ends the process."""
+    with contextlib.suppress(Exception):
+        threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    return code
+
+
+def become_job(
+    request: Mapping[str, Any],
+    close: Sequence[int],
+    dispositions: Mapping[int, Any],
+    base_env: Mapping[str, str],
+) -> NoReturn:
+    """Run one job in this (just forked) process; never returns.
+
+    A group member (``pgid`` and file descriptors in the request, see :mod:`.member`)
+    joins its group job's process group and takes its stdin, stdout and stderr and its
+    whole environment."""
+    code = SETUP_FAILED
+    try:
+        key = str(request.get("marker") or request["key"])
+        marked = marker.write(key)  # first: a sweep must find this process from now on
+        os.setpgid(0, int(request.get("pgid") or 0))
+        restore_signals(dispositions)
+        for fd in close:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        env = {} if request.get("full_env") else dict(base_env)
+        env.update(dict(request["env"]))
+        env[JOB_MARKER] = key
+        os.environ.clear()
+        os.environ.update(env)
+        fds = request.get("_fds")
+        if fds:
+            _take_fds(fds)
+        else:
+            _redirect(str(request["log"]))
+        if not marked:
+            raise RuntimeError(f"could not write the job marker {JOB_MARKER}={key}")
+        os.chdir(str(request["cwd"]))
+        _reseed()
+        if request.get("group"):
+            from snakemake.shell import shell
+
+            install_group_kill(shell)
+            member.install(key)
+        code = _finish(snakemake_side.run(list(request["argv"])))
+    except BaseException:
+        with contextlib.suppress(Exception):
+            sys.stderr.write("dask-slurm warm path: the job's process failed to start:\n")
+            traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)

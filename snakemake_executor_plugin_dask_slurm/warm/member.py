@@ -1,0 +1,131 @@
+"""A group job's ``run:`` and ``shadow:`` members, spawned warm.
+
+A group job's own Snakemake runs its members with Snakemake's local executor: ``shell:``,
+``script:``, ``notebook:`` and ``wrapper:`` members in threads of its own process, but
+``run:`` and ``shadow:`` members in a new process each (``Executor.spawn_job``:
+``subprocess.check_call`` of ``cd <dir> && python -m snakemake ... --mode subprocess``),
+a second cold start inside the first. In a group job's warm process this module replaces
+``spawn_job``: the same command goes to the zygote (over a Unix socket only descendants
+of the zygote know the name of, and only this user may use), which runs it like any warm
+job: a process forked from a server that parsed the workflow for that command. The
+member's process joins the group job's process group, carries its job marker, and gets
+the group process's stdin, stdout and stderr (passed as file descriptors), its
+environment and the ``cd`` directory, as the spawned shell would.
+
+If the zygote says the member cannot go the warm way, or cannot be reached, the member is
+spawned as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import Any
+
+from ..worker.proctree import JOB_MARKER
+from ..worker.warm_protocol import Inbox, encode
+from .command import Unsplittable, parse_job_command
+
+#: The zygote's listening address (abstract namespace), set in the zygote before it forks.
+ADDRESS: str | None = None
+#: This group job's task key (its processes' marker), set in the group job's process.
+GROUP_KEY: str | None = None
+_count = 0
+
+
+def request_for(command: str) -> dict[str, Any] | None:
+    """The zygote's request for a member's spawn command, or None (spawn it as before)."""
+    global _count
+    try:
+        found = parse_job_command(command)
+    except Unsplittable:
+        return None
+    if found.module != "snakemake" or found.cd is None or GROUP_KEY is None:
+        return None
+    _count += 1
+    env = {k: v for k, v in os.environ.items() if k != JOB_MARKER}
+    env.update(dict(found.exports))
+    return {
+        "op": "run",
+        "key": f"{GROUP_KEY}/member{_count}-{os.getpid()}",
+        "marker": GROUP_KEY,
+        "argv": list(found.argv),
+        "env": sorted(env.items()),
+        "full_env": True,
+        "cwd": found.cd,
+        "python": found.python,
+        "pgid": os.getpgid(0),
+        "fds": 3,
+    }
+
+
+def run_warm(request: dict[str, Any]) -> int | None:
+    """Have the zygote run the member; its exit status (negative: a signal), or None when
+    it went no warm way (then it never started)."""
+    if ADDRESS is None:
+        return None
+    try:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(ADDRESS)
+    except OSError:
+        return None
+    with sock:
+        try:
+            socket.send_fds(sock, [encode(request)], [0, 1, 2])
+        except OSError:
+            return None
+        inbox = Inbox()
+        started = False
+        while True:
+            try:
+                data = sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:  # the zygote died: lost if it had started (the worker reruns all)
+                return 1 if started else None
+            for msg in inbox.feed(data):
+                op = msg.get("op")
+                if op == "started":
+                    started = True
+                elif op == "cold":
+                    return None
+                elif op == "exited":
+                    status = msg.get("status")
+                    return int(status) if isinstance(status, int) else 1
+                elif op == "lost":
+                    return 1
+
+
+def install(group_key: str) -> bool:
+    """In a group job's warm process: spawn ``run:`` and ``shadow:`` members warm. False,
+    and nothing changed, if Snakemake's local executor is not the one this was written
+    for."""
+    global GROUP_KEY
+    from snakemake.exceptions import SpawnedJobError
+    from snakemake.executors import local
+    from snakemake.logging import logger
+
+    original = getattr(local.Executor, "spawn_job", None)
+    if original is None or not callable(getattr(local.Executor, "format_job_exec", None)):
+        return False
+    GROUP_KEY = group_key
+
+    def spawn_job(self: Any, job: Any) -> None:
+        cmd = self.format_job_exec(job)
+        request = request_for(cmd)
+        status = run_warm(request) if request is not None else None
+        if status is None:
+            return original(self, job)
+        logger.debug(f"spawned job: {cmd}")
+        if status != 0:
+            raise SpawnedJobError()
+
+    local.Executor.spawn_job = spawn_job
+    return True
+
+
+def close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -1,0 +1,241 @@
+"""A primed server: forked from the zygote for one job command (its key), it parses the
+workflow once, as that command would, then forks one child per job (:mod:`.child`).
+
+It is single-threaded whenever it forks: the parse's thread pool is shut down and
+OpenBLAS's threads (numpy, imported by Snakemake) end at a fork by their own handler; a
+parse that leaves any other thread running makes the key go the cold way. Its loop waits
+on one selector: its socket to the zygote, and a wakeup pipe for SIGCHLD.
+
+Messages to the zygote: ``started`` / ``exited`` per job (:mod:`..worker.warm_protocol`),
+``stale`` when a job finds the workflow's sources changed (the zygote then primes a new
+server and retires this one, which ends once its running jobs did), ``unsupported`` when
+the parse showed that this workflow cannot go the warm way (then it ends).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import resource
+import selectors
+import signal
+import socket
+import sys
+import weakref
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from ..worker.warm_protocol import Inbox, Outbox
+from . import child, member, snakemake_side
+from .sources import Effect, Fingerprint, Recorder, module_sources
+
+
+def thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def settle_threads() -> int:
+    """Threads of this process after letting a throw-away fork run the at-fork handlers
+    of native libraries (OpenBLAS ends its thread pool before a fork and starts it again
+    only when used)."""
+    if thread_count() > 1:
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    return thread_count()
+
+
+def _atexit_finalizers() -> set[int]:
+    registry = getattr(weakref.finalize, "_registry", {})
+    return {id(f) for f, info in list(registry.items()) if getattr(info, "atexit", False)}
+
+
+class Server:
+    def __init__(
+        self,
+        sock: socket.socket,
+        first: Mapping[str, Any],
+        dispositions: Mapping[int, Any],
+        base_env: Mapping[str, str],
+        recorder: Recorder,
+    ):
+        self.sock = sock
+        self.outbox = Outbox(sock)
+        self.first = first
+        self.dispositions = dispositions
+        self.base_env = dict(base_env)
+        self.recorder = recorder
+        self.fingerprint = Fingerprint(())
+        self.children: dict[int, str] = {}
+        self.retired = False
+
+    # -- the parse ------------------------------------------------------------------------
+
+    def prime(self) -> str | None:
+        """Parse the workflow as the first job's command would; why it cannot go the warm
+        way, or None."""
+        env = {} if self.first.get("full_env") else dict(self.base_env)
+        env.update(dict(self.first["env"]))
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(str(self.first["cwd"]))
+        modules = set(sys.modules)
+        finalizers = _atexit_finalizers()
+        self.recorder.start()
+        try:
+            workflow = snakemake_side.prime(list(self.first["argv"]))
+        except snakemake_side.Unsupported as e:
+            return str(e)
+        except (Exception, Effect) as e:
+            if self.recorder.effects:
+                return (
+                    f"the workflow's own code changes things while it is parsed "
+                    f"({self.recorder.effects[0]}), which the cold way does again for every job"
+                )
+            return f"parsing the workflow failed: {type(e).__name__}: {e}"
+        finally:
+            self.recorder.stop()
+        snakemake_side.quiesce(workflow)
+        if self.recorder.effects:
+            return (
+                f"the workflow's own code changes things while it is parsed "
+                f"({self.recorder.effects[0]}), which the cold way does again for every job"
+            )
+        if _atexit_finalizers() - finalizers:
+            return (
+                "the workflow leaves something to be cleaned up at exit when parsed (e.g. a "
+                "temporary directory), which the cold way makes anew for every job"
+            )
+        sourcecache = workflow.sourcecache
+        skip = tuple(
+            os.path.join(os.path.abspath(str(p)), "")
+            for p in (sourcecache.cache_path, sourcecache.runtime_cache_path)
+        )
+        self.fingerprint = Fingerprint.of(
+            self.recorder.reads,
+            self.recorder.listed,
+            module_sources(set(sys.modules) - modules, self.recorder.library_roots),
+            skip,
+        )
+        threads = settle_threads()
+        if threads > 1:
+            return f"the workflow's imports leave {threads - 1} thread(s) running in the parse"
+        gc.collect()
+        gc.freeze()  # children then leave the parse's objects (and their pages) alone
+        return None
+
+    # -- serving --------------------------------------------------------------------------
+
+    def serve(self) -> NoReturn:
+        reason = self.prime()
+        if reason is not None:
+            self._send({"op": "unsupported", "reason": reason})
+            os._exit(0)
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self._close = [self.sock.fileno(), wake_r, wake_w]
+        selector = selectors.DefaultSelector()
+        selector.register(self.sock, selectors.EVENT_READ, "zygote")
+        selector.register(wake_r, selectors.EVENT_READ, "wake")
+        inbox = Inbox()
+        fds: list[int] = []
+        self._run(self.first)
+        while True:
+            self._reap()
+            if self.retired and not self.children:
+                os._exit(0)
+            for item, _ in selector.select():
+                if item.data == "wake":
+                    with contextlib.suppress(OSError):
+                        while os.read(wake_r, 4096):
+                            pass
+                    continue
+                try:
+                    data, got, _, _ = socket.recv_fds(self.sock, 1 << 16, 64)
+                except OSError:
+                    data, got = b"", []
+                fds += got
+                if not data:  # the zygote is gone: so is the worker, or it soon will be
+                    os._exit(0)
+                for msg in inbox.feed(data):
+                    wanted = int(msg.get("fds") or 0)
+                    msg["_fds"], fds = fds[:wanted], fds[wanted:]
+                    self._handle(msg)
+
+    def _handle(self, msg: Mapping[str, Any]) -> None:
+        op = msg.get("op")
+        if op == "run":
+            self._run(msg)
+        elif op == "retire":
+            self.retired = True
+
+    def _run(self, request: Mapping[str, Any]) -> None:
+        key = str(request["key"])
+        fds = list(request.get("_fds") or ())
+        if self.retired:
+            member.close_fds(fds)
+            self._send({"op": "stale", "key": key, "path": None})
+            return
+        changed = self.fingerprint.changed()
+        if changed is not None:
+            member.close_fds(fds)
+            self.retired = True
+            self._send({"op": "stale", "key": key, "path": changed})
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            child.become_job(request, self._close, self.dispositions, self.base_env)
+        member.close_fds(fds)
+        with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
+            os.setpgid(pid, int(request.get("pgid") or pid))
+        self.children[pid] = key
+        self._send({"op": "started", "key": key, "pid": pid})
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status, rusage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            key = self.children.pop(pid, None)
+            if key is not None:
+                code = os.waitstatus_to_exitcode(status)
+                # What the job used (the kernel's figures for the child and what it waited
+                # for), and this server's own peak, which the fork handed the child.
+                floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                usage = (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
+                self._send({"op": "exited", "key": key, "status": code, "usage": usage})
+
+    def _send(self, msg: dict[str, Any]) -> None:
+        try:
+            self.outbox.send(msg)
+        except OSError:  # the zygote is gone
+            os._exit(0)
+
+
+def run_server(
+    sock: socket.socket,
+    first: Mapping[str, Any],
+    dispositions: Mapping[int, Any],
+    base_env: Mapping[str, str],
+    recorder: Recorder,
+) -> NoReturn:
+    """The body of a freshly forked server process."""
+    try:
+        Server(sock, first, dispositions, base_env, recorder).serve()
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            Outbox(sock).send({"op": "unsupported", "reason": f"{type(e).__name__}: {e}"})
+    finally:
+        os._exit(0)

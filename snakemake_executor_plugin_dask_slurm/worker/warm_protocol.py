@@ -1,0 +1,99 @@
+"""The messages between a worker and its warm process (standard library only).
+
+Each message is a JSON object, sent as a 4-byte big-endian length and the UTF-8 text, over
+a Unix stream socket (a ``socketpair`` the worker creates: nobody else can connect to it).
+Both sides send whole messages with one ``sendall`` under a lock, and read them with an
+:class:`Inbox` that cuts a byte stream into messages (the warm process reads without
+blocking, from a selector).
+
+Worker -> warm process:
+
+- ``{"op": "run", "key", "argv", "env", "cwd", "log", "group"}``: run one job: ``argv``
+  are the arguments of ``python -m snakemake`` in Snakemake's job command, ``env`` what the
+  job adds to the worker's environment, ``log`` where its output goes.
+- ``{"op": "exit"}``: the worker is closing.
+
+Warm process -> worker:
+
+- ``{"op": "ready", "pid", "seconds"}`` / ``{"op": "failed", "reason"}``: once, at start.
+- ``{"op": "started", "key", "pid"}``: the job's process runs (it leads its own group).
+- ``{"op": "exited", "key", "status"}``: it ended (a return code; negative: a signal).
+- ``{"op": "cold", "key", "reason"}``: it was not started; run it the cold way.
+- ``{"op": "lost", "key", "reason"}``: the warm process that ran it died; its processes
+  may still run (the worker ends them, then runs it the cold way).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+from typing import Any
+
+#: The warm process's placeholder for the job marker of a forked job's process: an
+#: environment item of fixed size that the job's process overwrites (warm/marker.py).
+SLOT_VARIABLE = "DASK_SLURM_JOB_SLOT"
+SLOT_BYTES = 512
+
+
+def slot_value() -> str:
+    """The placeholder's value: the whole ``NAME=value`` item is ``SLOT_BYTES`` long."""
+    return "x" * (SLOT_BYTES - len(SLOT_VARIABLE) - 1)
+
+
+_HEADER = struct.Struct("!I")
+#: Larger messages are refused: a job's arguments are a few kB.
+MAX_MESSAGE = 64 * 1024 * 1024
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg, separators=(",", ":")).encode()
+    return _HEADER.pack(len(data)) + data
+
+
+class Outbox:
+    """Whole messages onto one socket, from any thread."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._lock = threading.Lock()
+
+    def send(self, msg: dict[str, Any]) -> None:
+        data = encode(msg)
+        with self._lock:
+            self.sock.sendall(data)
+
+
+class Inbox:
+    """Cuts a byte stream into messages."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self._buffer += data
+        found = []
+        while len(self._buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buffer)
+            if size > MAX_MESSAGE:
+                raise ValueError(f"message of {size} bytes refused")
+            end = _HEADER.size + size
+            if len(self._buffer) < end:
+                break
+            msg = json.loads(bytes(self._buffer[_HEADER.size : end]))
+            del self._buffer[:end]
+            if isinstance(msg, dict):
+                found.append(msg)
+        return found
+
+
+def receive(sock: socket.socket, inbox: Inbox) -> list[dict[str, Any]] | None:
+    """The messages of one (blocking) read; None at the end of the stream."""
+    try:
+        data = sock.recv(1 << 16)
+    except (ConnectionResetError, BrokenPipeError):
+        return None
+    if not data:
+        return None
+    return inbox.feed(data)

@@ -1,0 +1,68 @@
+"""The worker's side of the warm path, where its safety rests on small rules: a job the
+warm side may have started before it died is never run cold blindly, and a job of unknown
+pid never makes the worker signal its own process group."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from snakemake_executor_plugin_dask_slurm.worker import warm_host
+from snakemake_executor_plugin_dask_slurm.worker.warm_host import WarmLost, WarmProc, _Pending
+
+pytestmark = pytest.mark.component
+
+
+def zygote_without_process() -> warm_host._Zygote:
+    """The message handler of a warm host, without starting a warm process."""
+    found = object.__new__(warm_host._Zygote)
+    found._lock = threading.Lock()
+    found.pending, found.running, found.failed = {}, {}, None
+    return found
+
+
+def test_a_job_lost_before_it_said_it_started_is_lost_not_cold() -> None:
+    zygote = zygote_without_process()
+    zygote.pending["k"] = pending = _Pending()
+    zygote._handle({"op": "lost", "key": "k", "reason": "its warm server died"})
+    proc = pending.result
+    assert isinstance(proc, WarmProc) and proc.pid == 0  # pid unknown
+    with pytest.raises(WarmLost, match="its warm server died"):
+        proc.wait()
+    # cold is only what the warm side says it never started
+    zygote.pending["c"] = cold = _Pending()
+    zygote._handle({"op": "cold", "key": "c", "reason": "refused"})
+    assert cold.result == "refused"
+
+
+def test_started_and_exited_reach_the_waiting_job() -> None:
+    zygote = zygote_without_process()
+    zygote.pending["k"] = pending = _Pending()
+    zygote._handle({"op": "started", "key": "k", "pid": 4242})
+    proc = pending.result
+    assert isinstance(proc, WarmProc) and proc.pid == 4242 and proc.poll() is None
+    zygote._handle({"op": "exited", "key": "k", "status": -11})
+    assert proc.wait() == -11
+
+
+UNKNOWN_PID = """
+import signal
+from snakemake_executor_plugin_dask_slurm.worker import proctree, task
+from snakemake_executor_plugin_dask_slurm.worker.warm_host import WarmProc
+proc = WarmProc("k", 0)
+task._signal_group(proc, signal.SIGKILL)
+proctree.signal_group(0, signal.SIGKILL)
+proctree.signal_group(1, signal.SIGKILL)
+print("alive")
+"""
+
+
+def test_a_job_of_unknown_pid_never_signals_the_workers_own_group() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", UNKNOWN_PID], capture_output=True, text=True, timeout=60,
+        start_new_session=True,  # were it killpg(0), only this process's group would go
+    )  # fmt: skip
+    assert done.stdout.strip() == "alive", done

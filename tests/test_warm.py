@@ -1,0 +1,186 @@
+"""The warm path (issue 21): every kind of general-way job gives the same results warm, cold
+and with Snakemake's local executor; and its faults are as safe as the cold way's."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+
+pytestmark = pytest.mark.e2e
+
+SNAKEMAKE = str(VENV_BIN / "snakemake")
+#: The line of `raise ValueError("fails on purpose")` in tests/workflows/warm/Snakefile.
+FAILS_LINE = next(
+    i
+    for i, line in enumerate((WORKFLOWS / "warm" / "Snakefile").read_text().splitlines(), 1)
+    if "fails on purpose" in line
+)
+#: Per-run fields of Snakemake's metadata records (job_hash: the job object's hash()).
+TIMES = {"starttime", "endtime", "job_hash"}
+
+
+def run(workdir: Path, token: str, *args: str, timeout: float = 300) -> tuple[int, str]:
+    env = dict(os.environ, DASK_SLURM_TEST_TOKEN=token)
+    env.pop("SLURM_JOB_ID", None)
+    done = subprocess.run(
+        [SNAKEMAKE, *args], cwd=workdir, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return done.returncode, done.stdout
+
+
+def files(root: Path) -> dict[str, bytes]:
+    found = sorted(p for p in root.rglob("*") if p.is_file())
+    return {str(p.relative_to(root)): p.read_bytes() for p in found}
+
+
+def metadata(workdir: Path) -> dict[str, dict[str, object]]:
+    found = {}
+    for path in (workdir / ".snakemake" / "metadata").iterdir():
+        record = json.loads(path.read_text())
+        found[path.name] = {k: v for k, v in record.items() if k not in TIMES}
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    ways = {
+        "local": ("--cores", "2"),
+        "cold": ("--executor", "dask-slurm", "--jobs", "4", "--dask-slurm-no-warm"),
+        "warm": ("--executor", "dask-slurm", "--jobs", "4"),
+    }
+    said = {}
+    for way, args in ways.items():
+        shutil.copytree(WORKFLOWS / "warm", tmp_path / way)
+        code, said[way] = run(tmp_path / way, no_leftovers, *args, "--keep-going")
+        # `fails` fails; everything else succeeds (`retried` at its second attempt)
+        assert code == 1, f"{way}:\n{said[way]}"
+        assert "fails on purpose" in said[way] and f"line {FAILS_LINE}" in said[way], said[way]
+    outputs = {way: files(tmp_path / way / "out") for way in ways}
+    assert outputs["warm"] == outputs["local"], said["warm"]
+    assert outputs["cold"] == outputs["local"], said["cold"]
+    # 4 run: and their logs, script: and its log, wrapper, bench, shadow, retried, group a, b
+    assert len(outputs["local"]) == 16, sorted(outputs["local"])
+    assert outputs["local"]["retried.txt"] == b"mem_mb=200\n"
+    assert outputs["local"]["shadow.txt"] == b"True True\n"
+    headers = {way: (tmp_path / way / "bench/run.tsv").read_text().splitlines() for way in ways}
+    assert len({lines[0] for lines in headers.values()}) == 1, headers
+    assert all(len(lines) == 2 for lines in headers.values()), headers
+    for way in ways:
+        assert not (tmp_path / way / "scratch.txt").exists(), f"{way}: shadow leaked"
+    assert metadata(tmp_path / "warm") == metadata(tmp_path / "cold")
+    # the warm run went the warm way; the cold one says why it did not
+    assert "went the cold way" not in said["warm"], said["warm"]
+    assert "because the warm path is off (--dask-slurm-no-warm)" in said["cold"], said["cold"]
+    assert list((tmp_path / "warm/.snakemake/dask-slurm/logs").glob("warm-*.log"))
+
+
+def warm_processes(workdir: Path) -> list[int]:
+    """The zygote of this workflow's worker (servers and jobs are forks: other parents)."""
+    found = []
+    for pid, cmd in live_processes("no-token", str(workdir)):
+        if "warm.zygote" in cmd:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{parent}/cmdline", "rb") as f:
+                if b"warm.zygote" not in f.read():
+                    found.append(pid)
+    return found
+
+
+def wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(300)
+def test_faults_of_the_warm_path_are_as_safe_as_the_cold_way(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "warm_faults", workdir)
+    env = dict(os.environ, DASK_SLURM_TEST_TOKEN=no_leftovers)
+    env.pop("SLURM_JOB_ID", None)
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "4", "--dask-slurm-cpus", "4",
+         *FAULTS_ARGS, f"token={no_leftovers}"],
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        output = drive_faults(workdir, proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check_faults(workdir, proc.returncode, output)
+
+
+#: Snakemake's arguments for the warm_faults workflow (then the token's value).
+FAULTS_ARGS = ("--keep-going", "--config")
+
+
+def drive_faults(workdir: Path, proc: subprocess.Popen[str]) -> str:
+    """Edit the workflow's sources while `gate` runs, kill the warm processes under
+    `victim`, check the daemon of `threads`; Snakemake's output."""
+    from tests.appenders import sleeping_in
+
+    # The workflow's sources change while `gate` runs; `edited`, after it, sees what a
+    # cold job would: the config file and the module imported by the Snakefile as they
+    # are now, the Snakefile as the run began (Snakemake's jobs parse the copy in the
+    # runtime source cache that the main process made at its start).
+    wait_for(workdir / "gate.started", proc)
+    snakefile = workdir / "Snakefile"
+    snakefile.write_text(snakefile.read_text().replace('VALUE = "old"', 'VALUE = "new"'))
+    (workdir / "config.yaml").write_text("value: new\n")
+    (workdir / "helper.py").write_text('MODULE_VALUE = "new"\n')
+    (workdir / "go").touch()
+    # The warm processes are killed under `victim`: its copy ends, then it runs cold.
+    wait_for(workdir / "events.log", proc)
+    zygotes = warm_processes(workdir)
+    assert zygotes, "no warm process"
+    for zygote in zygotes:
+        os.kill(zygote, signal.SIGKILL)
+    # `threads` ended (its thread first): its daemon ends with it (the worker looks for
+    # orphans of finished jobs every second)
+    wait_for(workdir / "out/threads.txt", proc)
+    deadline = time.monotonic() + 5
+    while sleeping_in(workdir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not sleeping_in(workdir), "the daemon of a finished warm job is alive"
+    output, _ = proc.communicate(timeout=180)
+    return output
+
+
+def check_faults(workdir: Path, code: int | None, output: str) -> None:
+    assert code == 1, output  # segv failed
+    assert (workdir / "out/edited.txt").read_text() == "old new new\n", output
+    lines = (workdir / "out/victim.txt").read_text().splitlines()
+    pids = {line.split()[1] for line in lines}
+    assert len(pids) == 1 and [line.split()[0] for line in lines] == list(map(str, range(1, 11)))
+    copies: dict[str, list[float]] = {}
+    for line in (workdir / "events.log").read_text().splitlines():
+        _, pid, _, when = line.split()
+        copies.setdefault(pid, []).append(float(when))
+    assert len(copies) == 2, copies  # the killed warm copy, then the cold one
+    first, second = sorted(copies.values())
+    assert max(first) < min(second), "two copies of the job ran at once"
+    log = next((workdir / ".snakemake/dask-slurm/logs/jobs").glob("victim*.log"))
+    assert "running it the cold way" in log.read_text()
+    assert "its warm process died while it ran" in output, output
+    assert "rule segv" in output and "was killed by signal SIGSEGV" in output, output
+    assert (workdir / "out/thread_side.txt").exists(), "the job ended before its thread"
+    assert (workdir / "out/threads.txt").exists()

@@ -1,0 +1,185 @@
+"""The warm path's pure parts: splitting Snakemake's job command as a shell would, the key
+of one parse, the end-of-run line, the marker's size, the fingerprint; and the pin on the
+Snakemake internals it uses (fails loudly on a release that changes them)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from snakemake_executor_plugin_dask_slurm.dispatch.cold_ways import ColdWays
+from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import warm_spec
+from snakemake_executor_plugin_dask_slurm.warm import marker, snakemake_side
+from snakemake_executor_plugin_dask_slurm.warm.command import (
+    Unsplittable,
+    parse_job_command,
+    split_words,
+)
+from snakemake_executor_plugin_dask_slurm.warm.sources import Fingerprint, stamp
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("a b  c", ["a", "b", "c"]),
+        ("--x 'it'\"'\"'s' y", ["--x", "it's", "y"]),  # shlex.quote of it's
+        ("'$HOME' \"plain\"", ["$HOME", "plain"]),
+        ("export A='1 2' && py -m snakemake", ["export", "A=1 2", "&&", "py", "-m", "snakemake"]),
+        ("''", [""]),
+        ("--set 'a=b' base64//x=", ["--set", "a=b", "base64//x="]),
+    ],
+)
+def test_a_command_splits_as_a_shell_splits_it(command: str, words: list[str]) -> None:
+    assert split_words(command) == words
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo $HOME",  # expansion
+        'echo "$HOME"',
+        "echo `id`",
+        "echo a\\ b",  # escape
+        "echo *.txt",  # glob
+        "echo ~/x",  # tilde
+        "a; b",
+        "a | b",
+        "a & b",
+        "a && b&&c",
+        "a # comment",
+        "echo 'open",
+        'echo "open',
+    ],
+)
+def test_anything_a_shell_would_interpret_is_refused(command: str) -> None:
+    with pytest.raises(Unsplittable):
+        split_words(command)
+
+
+def test_a_job_command_gives_its_interpreter_arguments_and_exports() -> None:
+    found = parse_job_command(
+        "export A='x' B='y z' && /venv/bin/python -m snakemake --snakefile '/w/Snakefile' "
+        "--target-jobs 'r:name=with space' --mode 'remote'"
+    )
+    assert found.python == "/venv/bin/python" and found.module == "snakemake"
+    assert found.argv == (
+        "--snakefile", "/w/Snakefile", "--target-jobs", "r:name=with space", "--mode", "remote",
+    )  # fmt: skip
+    assert found.exports == (("A", "x"), ("B", "y z")) and found.cd is None
+    member = parse_job_command("cd '/w' && /venv/bin/python -m snakemake --mode 'subprocess'")
+    assert member.cd == "/w" and member.argv == ("--mode", "subprocess")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "pip install x && python -m snakemake --mode remote",  # a precommand
+        "export 1A=x && python -m snakemake",
+        "python snakemake.py --mode remote",
+        "cd rel && python -m snakemake",
+    ],
+)
+def test_other_shapes_of_command_go_the_cold_way(command: str) -> None:
+    assert isinstance(warm_spec(command, False, "/logs"), str)
+
+
+def test_a_group_runner_command_goes_warm_as_a_group() -> None:
+    command = "/p -m snakemake_executor_plugin_dask_slurm.dispatch.group_runner --cores 2"
+    spec = warm_spec(command, True, "/logs")
+    assert not isinstance(spec, str) and spec.group and spec.argv == ("--cores", "2")
+
+
+NARGS = {
+    "--target-jobs": "+",
+    "--allowed-rules": "+",
+    "--local-groupid": None,
+    "--attempt": None,
+    "--force-use-threads": 0,
+    "--unneeded-temp-files": "*",
+    "--wait-for-files": "*",
+    "--wait-for-files-file": None,
+}
+
+
+def test_the_key_of_a_parse_leaves_out_exactly_the_per_job_arguments() -> None:
+    one = [
+        "--snakefile", "/w/S", "--target-jobs", "a:i=1", "b:i=-1", "--allowed-rules", "a", "b",
+        "--local-groupid", "g1", "--cores", "2", "--attempt", "1", "--force-use-threads",
+        "--unneeded-temp-files", "t1", "t2", "--wait-for-files", "/tmp/x", "--force",
+        "--config", "k=v", "--mode", "remote",
+    ]  # fmt: skip
+    other = [
+        "--snakefile", "/w/S", "--target-jobs", "c:i=2", "--allowed-rules", "c", "--cores",
+        "2", "--attempt", "3", "--wait-for-files=/tmp/y", "--force", "--config", "k=v",
+        "--mode", "remote",
+    ]  # fmt: skip
+    key = snakemake_side.general_argv(one, NARGS)
+    assert key == (
+        "--snakefile", "/w/S", "--cores", "2", "--force", "--config", "k=v", "--mode", "remote",
+    )  # fmt: skip
+    assert snakemake_side.general_argv(other, NARGS) == key
+    changed = [*other[:-3], "k=w", "--mode", "remote"]
+    assert snakemake_side.general_argv(changed, NARGS) != key
+
+
+def test_the_end_of_run_line_counts_each_reason() -> None:
+    ways = ColdWays()
+    assert ways.line() is None
+    for reason in ["a", "b", "a", *[f"r{i}" for i in range(6)]]:
+        ways.add(reason)
+    line = ways.line()
+    assert line is not None and line.startswith("9 jobs went the cold way")
+    assert "2 because a; 1 because b;" in line
+    assert line.endswith("3 for 3 other reason(s)")
+    single = ColdWays()
+    single.add("x")
+    assert single.line() == "1 job went the cold way (a fresh Snakemake each): 1 because x"
+
+
+def test_a_marker_fits_the_slot_up_to_its_size() -> None:
+    assert marker.fits("k" * (marker.SLOT_BYTES - len("DASK_SLURM_JOB=")))
+    assert not marker.fits("k" * (marker.SLOT_BYTES - len("DASK_SLURM_JOB=") + 1))
+    assert len(marker.SLOT_VARIABLE) + 1 + len(marker.slot_value()) == marker.SLOT_BYTES
+
+
+def test_a_fingerprint_sees_a_file_changed_replaced_created_or_removed(tmp_path: Path) -> None:
+    a, b, gone, later = (tmp_path / n for n in ("a", "b", "gone", "later"))
+    a.write_text("1")
+    b.write_text("1")
+    gone.write_text("1")
+    paths = {str(p): stamp(str(p)) for p in (a, b, gone, later)}
+    print_ = Fingerprint.of(paths, {}, [], skip=())
+    assert print_.changed() is None and len(print_) == 4
+    os.utime(a, ns=(1, 1))
+    assert print_.changed() == str(a)
+    for made in (
+        lambda: (b.unlink(), b.write_text("1")),  # replaced: another inode
+        lambda: gone.unlink(),
+        lambda: later.write_text("new"),
+    ):
+        fresh = Fingerprint.of({str(p): stamp(str(p)) for p in (b, gone, later)}, {}, [])
+        made()
+        assert fresh.changed() is not None
+    skipped = Fingerprint.of({str(a): None}, {}, [], skip=(str(tmp_path) + "/",))
+    assert len(skipped) == 0
+
+
+def test_the_snakemake_internals_the_warm_path_uses_are_there() -> None:
+    """If this fails, a Snakemake release changed what warm/snakemake_side.py relies on:
+    the warm path then refuses to start and every job goes the cold way (still correct,
+    but slow); adapt snakemake_side to the new release."""
+    snakemake_side.check_internals()
+    from snakemake.cli import get_argument_parser
+    from snakemake.workflow import Workflow
+
+    actions = get_argument_parser()._option_string_actions
+    assert set(snakemake_side.PER_JOB_FLAGS) <= set(actions)
+    fields = set(Workflow.__dataclass_fields__)
+    assert {"logger_manager", "output_settings", "storage_settings", "start_time"} <= fields
+    source = Path(Workflow.__post_init__.__code__.co_filename).read_text()
+    for name in ("_snakemake_tmp_dir", "_async_runners", "_async_executor", "_async_lock"):
+        assert f"self.{name} =" in source, name

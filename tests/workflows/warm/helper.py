@@ -1,0 +1,5 @@
+"""A module of the workflow's own, imported by a run: rule."""
+
+
+def double(x):
+    return 2 * x

@@ -1,0 +1,2 @@
+with open(snakemake.output[0], "w") as f:
+    f.write(snakemake.params.text.upper() + "\n")

@@ -1,0 +1,1 @@
+MODULE_VALUE = "old"
