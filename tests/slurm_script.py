@@ -18,6 +18,8 @@ from snakemake_executor_plugin_dask_slurm.slurm.run import SlurmCommandError
 class ScriptedJob:
     state: str = "PENDING"
     nodes: str = ""
+    #: When its time limit ends (None: no limit), by the script's clock (``now``).
+    end: float | None = None
 
 
 @dataclass
@@ -32,11 +34,14 @@ class ScriptedSlurm:
     #: squeue does not answer (a controller that is down).
     silent: bool = False
     calls: list[list[str]] = field(default_factory=list)
+    #: The script's clock: what squeue's time left is counted from.
+    now: float = 0.0
 
     # -- what the test does ------------------------------------------------------------
 
-    def start(self, job_id: str, nodes: str) -> None:
-        self.jobs[job_id] = ScriptedJob("RUNNING", nodes)
+    def start(self, job_id: str, nodes: str, limit: float | None = None) -> None:
+        end = self.now + limit if limit is not None else None
+        self.jobs[job_id] = ScriptedJob("RUNNING", nodes, end)
 
     def end(self, job_id: str, state: str = "COMPLETED") -> None:
         self.jobs[job_id].state = state
@@ -68,6 +73,13 @@ class ScriptedSlurm:
             return "".join(f"{n}|{c}|idle\n" for n, c in self.nodes.items())
         raise AssertionError(f"unexpected command {argv}")
 
+    def _left(self, job: ScriptedJob) -> str:
+        """squeue's %L: UNLIMITED, or the time left as [H:]MM:SS."""
+        if job.end is None:
+            return "UNLIMITED"
+        left = max(0, int(job.end - self.now))
+        return f"{left // 3600}:{left // 60 % 60:02d}:{left % 60:02d}"
+
     def ask(self, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
         argv = list(argv)
         self.calls.append(argv)
@@ -76,7 +88,7 @@ class ScriptedSlurm:
                 return None
             ids = next(a for a in argv if a.startswith("--jobs=")).removeprefix("--jobs=")
             lines = [
-                f"{i}|{job.state}|{job.nodes}"
+                f"{i}|{job.state}|{job.nodes}|{self._left(job)}"
                 for i in ids.split(",")
                 if (job := self.jobs.get(i)) is not None
             ]
@@ -91,16 +103,24 @@ class ScriptedSlurm:
 
 @dataclass
 class ScriptedScheduler:
-    """The scheduler's handlers the pool calls: its load, and the retirement of workers."""
+    """The scheduler's handlers the pool calls: its load, a worker job's landing (its
+    workers out of the running set, the tasks they hold), and the retirement of workers."""
 
     waiting_cpus: float = 0.0
     #: worker name -> tasks it holds
     workers: dict[str, int] = field(default_factory=dict)
     retired: list[list[str]] = field(default_factory=list)
+    #: worker name -> the keys of the tasks it holds (what dask_slurm_land answers)
+    keys: dict[str, list[str]] = field(default_factory=dict)
+    landed: list[list[str]] = field(default_factory=list)
 
     def __call__(self, handler: str, **kwargs: Any) -> Any:
         if handler == "dask_slurm_load":
             return {"waiting_cpus": self.waiting_cpus, "workers": dict(self.workers)}
+        if handler == "dask_slurm_land":
+            names = list(kwargs["names"])
+            self.landed.append(names)
+            return {n: list(self.keys.get(n, [])) for n in names if n in self.workers}
         if handler == "dask_slurm_retire_idle":
             names = list(kwargs["names"])
             idle = [n for n in names if not self.workers.get(n)]

@@ -16,10 +16,11 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DaskSlurmError
 from ..report.hints import dashboard_hint
+from ..worker.clock import AllocationEnd, Runway, without_runway
 from ..worker.supervisor import Swept
 from .security import PlainTcp, RunSecurity
 
@@ -118,6 +119,23 @@ class ClusterSource(ABC):
         """What the user is told once the source closed (at INFO)."""
         return []
 
+    # -- every worker's clock (see worker/clock.py) ------------------------------------------
+
+    def allocation_end(self) -> AllocationEnd | None:
+        """The end of the allocation the run's own workers run in, and its margins, as their
+        landing point was planned (None: they have none, or the source started none)."""
+        return None
+
+    def runway(self) -> Runway | None:
+        """How jobs are placed by their workers' time left, when workers of this run end at
+        different times (None: they do not, or none has a known end)."""
+        return None
+
+    def land_worker_jobs_with(self, landings: Any) -> None:
+        """What to do with the jobs on a worker job that lands (see
+        :class:`.worker_jobs.pool.Landings`); nothing for a source without worker jobs."""
+        return None
+
 
 def _host_port(address: str) -> tuple[str, int] | None:
     """``tcp://10.0.0.5:8786`` -> ("10.0.0.5", 8786); None if it has no port."""
@@ -204,7 +222,7 @@ def close_client(client: Client, scheduler_lost: bool) -> None:
 def worker_offers(client: Client) -> list[dict[str, float]]:
     """What each worker registered now offers (its Dask resources)."""
     workers = client.scheduler_info(n_workers=-1)["workers"].values()
-    return [dict(worker.get("resources", {})) for worker in workers]
+    return [without_runway(worker.get("resources", {})) for worker in workers]
 
 
 def started_lines(source: ClusterSource) -> tuple[list[str], list[str]]:

@@ -8,9 +8,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..config import RunConfig
+from ..config import GrowthConfig, RunConfig
 from ..errors import DaskSlurmError
 from ..slurm.allocation import cpus_for_this_node, granted_memory, in_allocation
+from ..slurm.argv import partition_limits_command
+from ..slurm.run import ask, optional_command
+from ..slurm.walltime import parse_duration, partition_time_limit, time_option
+from ..worker.clock import Runway, plan_runway
 from .attach import AttachCluster
 from .base import ClusterSource
 from .local import LocalProcessCluster
@@ -74,24 +78,73 @@ def attach_security(config: RunConfig) -> AttachSecurity:
 def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) -> ClusterSource:
     """The cluster this run uses, planned and checked, not started; with its worker jobs
     (named ``name`` in SLURM's queue) when the farm may grow."""
-    source = _make_source(config, logger, cores)
+    limit = worker_job_limit(config.growth) if config.growth is not None else None
+    source = _make_source(config, logger, cores, limit)
     if config.growth is None:
         return source
+    runway = source.runway()
+    if config.cluster == "sbatch":  # no allocation of its own: worker jobs only
+        runway = plan_runway(limit, None, False, config.landing_margin, config.runtime_margin)
     pool = make_worker_jobs(
         config,
         source,
         name,
         lambda line: logger.info(f"dask-slurm: {line}"),
         lambda line: logger.warning(f"dask-slurm: {line}"),
+        runway,
     )
     logger.info(
         f"dask-slurm: the farm grows with up to {pool.config.max_jobs} worker job(s) while "
         f"jobs wait ({pool.options_text()}); checked with sbatch --test-only"
     )
+    logger.info(f"dask-slurm: {clock_line_of(runway, limit, config.landing_margin)}")
     return GrowingCluster(source, pool)
 
 
-def _make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSource:
+def worker_job_limit(growth: GrowthConfig) -> float | None:
+    """The worker jobs' time limit, seconds: --time among --dask-slurm-sbatch-args (they
+    come last, so they win), else --dask-slurm-worker-job-time, else what the partition
+    gives a job that asks for none (its default time, else its maximum; one sinfo). None:
+    no limit, or none SLURM could tell."""
+    given = time_option(growth.sbatch_args) or growth.time_limit
+    if given is not None:
+        return parse_duration(given)
+    sinfo = optional_command("sinfo")
+    done = ask(partition_limits_command(growth.partition, sinfo), 30.0) if sinfo else None
+    if done is None or done.returncode != 0:
+        return None
+    return partition_time_limit(done.stdout, growth.partition)
+
+
+def clock_line_of(runway: Runway | None, limit: float | None, landing: float) -> str:
+    """The start-up line about the worker jobs' clocks."""
+    if runway is not None:
+        fresh = (
+            f"; a job needing more than about {runway.fresh:.0f} s (with the runtime "
+            "margin) is refused"
+            if runway.fresh is not None
+            else ""
+        )
+        return (
+            f"worker jobs have {limit or 0:.0f} s each: each lands {runway.margin:.0f} s "
+            f"before its end (no job starts there that cannot finish by then, those that "
+            f"cannot are stopped and run again elsewhere) and is replaced in time while work "
+            f"remains; jobs go only to workers with time left for them (a grid of "
+            f"{runway.step} s){fresh}"
+        )
+    if limit is None:
+        return "worker jobs have no time limit SLURM could tell: they do not land"
+    if landing <= 0:
+        return "--dask-slurm-landing-margin 0: worker jobs do not land before their limit"
+    return (
+        "worker jobs land before their time limit and are replaced in time, but jobs are "
+        "not placed by their workers' time left (the run's own workers have no time limit)"
+    )
+
+
+def _make_source(
+    config: RunConfig, logger: Any, cores: int | None, worker_job_limit: float | None = None
+) -> ClusterSource:
     if config.cluster == "attach":
         return AttachCluster(
             config.scheduler_address,
@@ -102,7 +155,9 @@ def _make_source(config: RunConfig, logger: Any, cores: int | None) -> ClusterSo
     if config.cluster == "srun":
         from .srun import SrunCluster
 
-        srun = SrunCluster.from_environment(config, lambda left: run_security(config, left))
+        srun = SrunCluster.from_environment(
+            config, lambda left: run_security(config, left), worker_job_limit
+        )
         srun.preflight()
         return srun
     if config.cluster == "sbatch":
@@ -133,8 +188,10 @@ def make_worker_jobs(
     name: str,
     say: Callable[[str], None],
     warn: Callable[[str], None],
+    runway: Runway | None = None,
 ) -> WorkerJobs:
-    """The run's worker jobs, checked with SLURM (``sbatch --test-only``)."""
+    """The run's worker jobs, checked with SLURM (``sbatch --test-only``); their workers
+    land and advertise ``runway`` when the run has one."""
     assert config.growth is not None
     import dataclasses
     import sys
@@ -146,8 +203,13 @@ def make_worker_jobs(
     recipe = dataclasses.replace(
         worker_recipe(config, Paths.of(config), sys.executable, os.getpid(), source.security),
         job_prefix=True,
+        landing_margin=runway.margin if runway is not None else 0.0,
+        runway_step=runway.step if runway is not None else None,
     )
     check_plan(None, [sample_worker_argv(recipe)], config.worker_args)
-    jobs = WorkerJobs(config.growth, recipe, config.run_dir, name, GrowthCommands.find(), say, warn)
+    jobs = WorkerJobs(
+        config.growth, recipe, config.run_dir, name, GrowthCommands.find(), say, warn,
+        runway=runway, landing_margin=config.landing_margin,
+    )  # fmt: skip
     jobs.prepare()
     return jobs

@@ -23,6 +23,7 @@ from ..slurm.allocation import Allocation
 from ..slurm.argv import srun_step_command
 from ..slurm.layout import NodeGroup, WorkerLayout
 from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
+from ..worker.clock import LANDING_VARIABLE, advertised
 from .dask_argv import (
     SchedulerOptions,
     SupervisorOptions,
@@ -252,6 +253,10 @@ class WorkerRecipe:
     env: tuple[tuple[str, str], ...]
     #: Name workers ``j<job id>-<node>`` (worker jobs), not ``<node>``.
     job_prefix: bool = False
+    #: A worker job lands this long before its end (0: it does not land by itself).
+    landing_margin: float = 0.0
+    #: The run's runway grid step (None: no runway, see :mod:`..worker.clock`).
+    runway_step: int | None = None
 
     def worker_options(
         self, nthreads: int, resources: Mapping[str, float], host: str | None = None
@@ -309,13 +314,38 @@ def worker_recipe(
     )
 
 
+@dataclass(frozen=True)
+class WorkerLanding:
+    """The landing point of an allocation's workers, and when they start (from which
+    they advertise the run's runway, if it has one)."""
+
+    at: float
+    now: float
+
+    def env(self) -> tuple[tuple[str, str], ...]:
+        return ((LANDING_VARIABLE, f"{self.at:.3f}"),)
+
+
 def plan_worker_steps(
-    recipe: WorkerRecipe, alloc: Allocation, layout: WorkerLayout, srun: str, log_prefix: str = ""
+    recipe: WorkerRecipe,
+    alloc: Allocation,
+    layout: WorkerLayout,
+    srun: str,
+    log_prefix: str = "",
+    landing: WorkerLanding | None = None,
 ) -> tuple[ProcessSpec, ...]:
-    """One srun step of supervised workers per node size of ``alloc``."""
+    """One srun step of supervised workers per node size of ``alloc``; with ``landing``,
+    workers that know their landing point (and advertise the runway up to it)."""
+    runway: dict[str, float] = {}
+    env = recipe.env
+    if landing is not None:
+        env = (*env, *landing.env())
+        if recipe.runway_step:
+            runway = advertised(landing.at, landing.now, recipe.runway_step)
     steps = []
     for index, group in enumerate(layout.groups):
-        opts = recipe.worker_options(group.threads_per_worker, group_resources(group, alloc))
+        resources = group_resources(group, alloc) | runway
+        opts = recipe.worker_options(group.threads_per_worker, resources)
         supervisor = recipe.supervisor_options(indexed=group.workers_per_node > 1)
         payload = supervised_worker_command(recipe.python, supervisor, opts)
         argv = srun_step_command(
@@ -326,7 +356,7 @@ def plan_worker_steps(
                 f"srun step for {','.join(group.nodes)}",
                 tuple(argv),
                 Path(recipe.log_dir) / step_log_name(index, group, log_prefix),
-                recipe.env,
+                env,
             )
         )
     return tuple(steps)
@@ -341,13 +371,16 @@ def sample_worker_argv(recipe: WorkerRecipe) -> list[str]:
 def plan_srun(
     config: RunConfig, alloc: Allocation, layout: WorkerLayout, host: str | None,
     srun: str, python: str, owner_pid: int, security: RunSecurity,
+    landing: WorkerLanding | None = None, runway_step: int | None = None,
 ) -> ClusterSpec:  # fmt: skip
-    """A scheduler here and one srun step of supervised workers per node size."""
+    """A scheduler here and one srun step of supervised workers per node size (landing
+    at ``landing``, advertising the runway of ``runway_step`` if given)."""
     paths = Paths.of(config)
     recipe = worker_recipe(config, paths, python, owner_pid, security)
+    recipe = dataclasses.replace(recipe, runway_step=runway_step)
     return ClusterSpec(
         scheduler_spec(config, paths, host, python, owner_pid, security),
-        plan_worker_steps(recipe, alloc, layout, srun),
+        plan_worker_steps(recipe, alloc, layout, srun, landing=landing),
         paths.scheduler_file,
         layout.total_workers,
         paths.records,

@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ..config import RunConfig
@@ -31,13 +32,31 @@ from ..slurm.run import (
     sweep_node,
 )
 from ..slurm.states import allocation_ended
+from ..slurm.walltime import allocation_end
+from ..worker.clock import AllocationEnd, Runway, plan_runway, scaled_margins
 from ..worker.supervisor import Swept
 from .network import check_bindable, choose_scheduler_host
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
-from .spec import plan_srun
+from .spec import WorkerLanding, plan_srun
 
 SCONTROL_TIMEOUT = 15.0
+
+
+def run_end(
+    config: RunConfig, env: Mapping[str, str], seconds_left: float | None, now: float
+) -> AllocationEnd | None:
+    """The allocation's end and the margins the run keeps before it (None: no time limit
+    SLURM could tell, or --dask-slurm-landing-margin 0)."""
+    if config.landing_margin <= 0:
+        return None
+    found = allocation_end(env, seconds_left, now)
+    if found is None:
+        return None
+    margin, safety = scaled_margins(found[0], now, config.landing_margin, config.runtime_margin)
+    return AllocationEnd(found[0], margin, safety, found[1])
+
+
 #: Asked only once the cluster broke, on Snakemake's thread: keep it short.
 JOB_STATE_TIMEOUT = 5.0
 
@@ -49,12 +68,17 @@ class SrunCluster(ProcessCluster):
 
     @classmethod
     def from_environment(
-        cls, config: RunConfig, make_security: Callable[[float | None], RunSecurity]
+        cls,
+        config: RunConfig,
+        make_security: Callable[[float | None], RunSecurity],
+        worker_job_limit: float | None = None,
     ) -> SrunCluster:
         """Read the allocation, plan the workers (:func:`.spec.plan_srun`), check the
         scheduler's address and the Dask CLI: everything before anything starts.
         ``make_security`` gets the allocation's seconds left (credentials live no longer
-        than it can)."""
+        than it can). The workers land where the run does (its end, less the landing
+        margin), and with worker jobs of ``worker_job_limit`` seconds they advertise the
+        run's runway up to there (:mod:`..worker.clock`)."""
         import dask.system
 
         env: Mapping[str, str] = os.environ
@@ -75,12 +99,23 @@ class SrunCluster(ProcessCluster):
         if commands.scontrol:
             seconds_left = scontrol_time_left(commands.scontrol, alloc.job_id, SCONTROL_TIMEOUT)
         security = make_security(seconds_left)
+        now = time.time()
+        end = run_end(config, env, seconds_left, now)
+        runway = None
+        if config.growth is not None:
+            left = end.landing_at - now if end is not None else None
+            runway = plan_runway(
+                worker_job_limit, left, True, config.landing_margin, config.runtime_margin
+            )
+        landing = WorkerLanding(end.landing_at, now) if end is not None else None
         spec = plan_srun(
-            config, alloc, layout, host[0], commands.srun, sys.executable, os.getpid(), security
-        )
+            config, alloc, layout, host[0], commands.srun, sys.executable, os.getpid(), security,
+            landing, runway.step if runway is not None else None,
+        )  # fmt: skip
         cluster = cls(spec, config.startup_timeout, security)
         cluster.alloc, cluster.layout, cluster.host = alloc, layout, host
         cluster.srun, cluster.scontrol = commands.srun, commands.scontrol
+        cluster.end, cluster.planned_runway = end, runway
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
         return cluster
@@ -90,6 +125,16 @@ class SrunCluster(ProcessCluster):
     host: tuple[str | None, str]
     srun: str
     scontrol: str | None = None
+    #: The allocation's end and margins as the workers were told (their landing point).
+    end: AllocationEnd | None = None
+    #: The runway the workers advertise (worker jobs with a time limit beside them).
+    planned_runway: Runway | None = None
+
+    def allocation_end(self) -> AllocationEnd | None:
+        return self.end
+
+    def runway(self) -> Runway | None:
+        return self.planned_runway
 
     def problem(self) -> str | None:
         """What broke; first whether SLURM ended the allocation, the usual cause.

@@ -65,6 +65,8 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
         seconds = msg.get("seconds")
         seconds = float(seconds) if seconds is not None else None
         return Finished(key, True, seconds=seconds, usage=usage, cold=cold)
+    if msg.get("too_late"):  # it never started: it goes elsewhere
+        return Finished(key, False, problem=str(msg["too_late"]), too_late=True)
     name, pid = msg.get("worker_name"), msg.get("worker_pid")
     on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
     outcome = msg.get("outcome")
@@ -229,6 +231,11 @@ class Dispatcher:
             )
         self._listeners.workers_seen(workers)
 
+    def addresses(self, names: Sequence[str]) -> list[str]:
+        """The addresses of the live workers called ``names``."""
+        wanted = set(names)
+        return [address for address, (name, _) in list(self._workers.items()) if name in wanted]
+
     @property
     def worker_count(self) -> int:
         return len(self._workers)
@@ -260,17 +267,22 @@ class Dispatcher:
         logger.debug("killed on workers: %s", killed)
         return {key for answer in killed.values() if isinstance(answer, list) for key in answer}
 
-    def withdraw(self, keys: list[str]) -> dict[str, float] | None:
+    def withdraw(
+        self, keys: list[str], move: str | None = None, workers: list[str] | None = None
+    ) -> dict[str, float] | None:
         """Of ``keys``, return those running on some worker (with when each started); take
         every other one back (it never starts: cancelled on the scheduler, finished here as
-        withdrawn). None, withdrawing nothing, when the workers could not be asked."""
+        withdrawn, or, with ``move`` (why), as to go elsewhere). ``workers``: the addresses
+        to ask (None: every worker). None, withdrawing nothing, when the workers could not
+        be asked."""
         if not keys:
             return {}
         client: Any = self.client
         try:
             answers = client.sync(
-                client._run, withdraw_tasks, keys, on_error="ignore", callback_timeout=KILL_TIMEOUT
-            )
+                client._run, withdraw_tasks, keys, workers=workers, on_error="ignore",
+                callback_timeout=KILL_TIMEOUT,
+            )  # fmt: skip
         except Exception as e:  # the workers may be gone; the caller stops what runs
             logger.debug("withdraw request failed: %s", e)
             return None
@@ -285,7 +297,10 @@ class Dispatcher:
         if left:
             self.cancel(left)
             for key in left:
-                self._finish(Finished(key, False, problem="withdrawn before it started"))
+                if move is None:
+                    self._finish(Finished(key, False, problem="withdrawn before it started"))
+                else:
+                    self._finish(Finished(key, False, problem=move, too_late=True))
         return running
 
     def stop(self, keys: list[str]) -> set[str]:

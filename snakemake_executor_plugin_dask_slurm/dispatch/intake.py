@@ -7,6 +7,7 @@ for its request, one capacity check, and the builder's per-rule cached decision.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from ..report.messages import job_label
 from .admission import Capacity, admit, capped_message, job_request, unsatisfiable_message
 from .job_commands import JobCommandBuilder
+from .placement import Placement
 from .registry import JobRecord, Refusal
 
 
@@ -30,9 +32,9 @@ class Intake:
     key_of: Callable[[Any], str]
     #: Logs one line (a rule whose requests were capped, once per rule).
     note: Callable[[str], None]
-    #: The allocation's clock: (why the job may not start, its expected duration); None
-    #: when no clock is watched (see :class:`.landing.AllocationClock`).
-    check_time: Callable[[Any, str], tuple[str | None, float | None]] | None = None
+    #: Placement by time (the allocation's clock, the workers' runway); None when no
+    #: worker of the run has a time limit (see :class:`.placement.Placement`).
+    placement: Placement | None = None
     _capped_rules: set[str] = field(default_factory=set)
 
     def take(self, jobs: Sequence[Any]) -> tuple[list[JobRecord], list[Refusal]]:
@@ -40,7 +42,8 @@ class Intake:
         admitted: list[tuple[SubmittedJobInfo, dict[str, float]]] = []
         refused: list[Refusal] = []
         advertised = self.capacity.advertised
-        check_time = self.check_time
+        placement = self.placement
+        now = time.time()
         expected: dict[str, float | None] = {}
         for job in jobs:
             key = self.key_of(job)
@@ -51,25 +54,31 @@ class Intake:
                 msg = unsatisfiable_message(job_label(job), asked, self.capacity)
                 refused.append((info, msg))
                 continue
-            if check_time is not None:
-                late, expected[key] = check_time(job, key)
+            request, capped = decision
+            if placement is not None:
+                late, seconds = placement.check(job, key)
                 if late is not None:
                     refused.append((info, late + "\n"))
                     continue
-            request, capped = decision
+                expected[key] = seconds
+                runway = placement.runway_name(seconds, now)
+                if runway is not None:
+                    request[runway] = 1.0
             if capped and job.name not in self._capped_rules:
                 self._capped_rules.add(job.name)
                 self.note(capped_message(job, asked, capped, self.capacity))
             admitted.append((info, request))
         built = self.builder.build_many([(info.job, info.external_jobid) for info, _ in admitted])
         records: list[JobRecord] = []
-        now = time.time()
         for (info, request), item in zip(admitted, built, strict=True):
             if isinstance(item, Exception):
                 refused.append((info, f"{job_label(info.job)} could not be prepared: {item}\n"))
                 continue
             spec, way = item
+            seconds = expected.get(spec.key)
+            if placement is not None:  # what the worker checks before it starts the job
+                spec = dataclasses.replace(spec, needs=placement.needs(seconds))
             # spec and request: to run it again if its worker dies under it; when and how
             # long expected: for the landing
-            records.append(JobRecord(info, spec, request, way, now, expected.get(spec.key)))
+            records.append(JobRecord(info, spec, request, way, now, seconds))
         return records, refused

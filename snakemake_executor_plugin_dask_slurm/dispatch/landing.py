@@ -20,6 +20,7 @@ from ..slurm.walltime import allocation_end
 from .landing_policy import (
     AllocationEnd,
     Durations,
+    Expected,
     Running,
     clock_line,
     duration_text,
@@ -169,10 +170,12 @@ class AllocationClock(JobListener):
         controls: RunControls,
         say: Callable[[str], None],
         warn: Callable[[str], None],
+        known: AllocationEnd | None = None,
     ) -> AllocationClock | None:
-        """Inside an allocation: its end (one question to SLURM), and the landing thread,
-        started; None outside SLURM or with a landing margin of 0. ``margins`` are
-        --dask-slurm-landing-margin and --dask-slurm-runtime-margin."""
+        """Inside an allocation: its end (one question to SLURM, unless ``known``: as the
+        run's workers were told it), and the landing thread, started; None outside SLURM
+        or with a landing margin of 0. ``margins`` are --dask-slurm-landing-margin and
+        --dask-slurm-runtime-margin."""
         job_id = env.get("SLURM_JOB_ID")
         landing, runtime = margins
         if not job_id or landing <= 0:
@@ -183,13 +186,14 @@ class AllocationClock(JobListener):
             return scontrol_time_left(scontrol, job_id, SCONTROL_TIMEOUT) if scontrol else None
 
         now = time.time()
-        found = allocation_end(env, time_left(), now)
-        end = None
-        margin = landing
-        if found is not None:
-            margin, safety = scaled_margins(found[0], now, landing, runtime)
-            end = AllocationEnd(found[0], margin, safety, found[1])
+        end = known
+        if end is None:
+            found = allocation_end(env, time_left(), now)
+            if found is not None:
+                margin, safety = scaled_margins(found[0], now, landing, runtime)
+                end = AllocationEnd(found[0], margin, safety, found[1])
         say(clock_line(job_id, end, now, landing))
+        margin = end.margin if end is not None else landing
         clock = cls(end, margin, time_left if scontrol else None, registry, controls, warn)
         clock.start()
         return clock
@@ -223,11 +227,18 @@ class AllocationClock(JobListener):
         now = time.time()
         if fits(expected.seconds, now, clock.landing_at, clock.safety):
             return None, expected.seconds
+        return self.refusal(job, key, expected, now, clock), expected.seconds
+
+    def refusal(
+        self, job: Any, key: str, expected: Expected, now: float, clock: AllocationEnd
+    ) -> str:
+        """Why ``job`` is not started: it cannot finish before the landing point (a rule's
+        second and later refusals are quiet)."""
         if job.name in self._explained:
             self._registry.quiet([key])
         self._explained.add(job.name)
         self.too_long += 1
-        return refusal_message(job_label(job), expected, now, clock), expected.seconds
+        return refusal_message(job_label(job), expected, now, clock)
 
     # -- a listener of the run's jobs (.listeners.JobListener) -------------------------
 

@@ -9,7 +9,9 @@ time, and the decisions compare it with when jobs were handed over.
   this run, the ``PERCENTILE`` of their measured durations; otherwise unknown.
 - **Placement**: a job goes only where ``now + expected + safety`` is before the landing
   point (the end minus the landing margin): a worker whose allocation ends sooner cannot
-  hold it. A job of unknown duration goes anywhere (and counts as a risk at landing).
+  hold it (the run's own check here; workers that end at different times, by the runway
+  of :mod:`..worker.clock`). A job of unknown duration goes anywhere (and counts as a risk
+  at landing).
 - **Landing**: at the landing point no new job starts; a running job whose expected end is
   before the hard stop (half the margin before the end) goes on, every other one is
   stopped now; at the hard stop whatever still runs is stopped, so that Snakemake ends
@@ -24,6 +26,11 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# The allocation's end and its margins are every worker's too (worker/clock.py).
+from ..worker.clock import AllocationEnd as AllocationEnd
+from ..worker.clock import Runway
+from ..worker.clock import scaled_margins as scaled_margins
 
 #: Jobs of a rule that must have succeeded before their durations are trusted.
 MIN_SAMPLES = 3
@@ -99,37 +106,6 @@ def expected_duration(rule: str, resources: Mapping[str, Any], durations: Durati
     return Expected(None, "unknown")
 
 
-@dataclass(frozen=True)
-class AllocationEnd:
-    """When the allocation ends and the margins the plugin keeps before it."""
-
-    #: The allocation's end, seconds since the epoch.
-    end: float
-    #: Land this long before the end (--dask-slurm-landing-margin).
-    margin: float
-    #: Added to a job's expected duration when placing it (--dask-slurm-runtime-margin).
-    safety: float
-    #: Where the end came from, for the log.
-    source: str
-
-    @property
-    def landing_at(self) -> float:
-        return self.end - self.margin
-
-    @property
-    def hard_stop(self) -> float:
-        return self.end - self.margin / 2
-
-
-def scaled_margins(end: float, now: float, landing: float, runtime: float) -> tuple[float, float]:
-    """The landing margin and the runtime margin for an allocation ending at ``end``: as set
-    (--dask-slurm-landing-margin, --dask-slurm-runtime-margin), except that a short
-    allocation scales both down, the landing margin to at most a quarter of the time left,
-    so that it still does work."""
-    margin = min(landing, max(0.0, end - now) / 4)
-    return margin, runtime * margin / landing
-
-
 def clock_line(job_id: str, end: AllocationEnd | None, now: float, landing: float) -> str:
     """The start-up line: when the allocation ends and when the run lands (``landing``:
     --dask-slurm-landing-margin), or that SLURM told no end."""
@@ -175,21 +151,6 @@ def fits(expected: float | None, now: float, landing_at: float, safety: float) -
     if now >= landing_at:
         return False
     return expected is None or now + expected + safety <= landing_at
-
-
-def eligible_workers(
-    expected: float | None,
-    now: float,
-    worker_landing: Mapping[str, float | None],
-    safety: float,
-) -> list[str]:
-    """The workers a job may go to: those whose landing point (None: no time limit) leaves
-    room for it. Several allocations (growth) give different landing points."""
-    return [
-        worker
-        for worker, landing_at in worker_landing.items()
-        if landing_at is None or fits(expected, now, landing_at, safety)
-    ]
 
 
 def duration_text(seconds: float) -> str:
@@ -238,8 +199,38 @@ class Running:
 def to_stop_at_landing(running: Iterable[Running], clock: AllocationEnd) -> list[str]:
     """The jobs that cannot finish before the hard stop: unknown duration, or expected to
     end after it."""
+    return stop_before(running, clock.hard_stop)
+
+
+def stop_before(running: Iterable[Running], hard_stop: float) -> list[str]:
+    """The jobs not expected to end by ``hard_stop`` (unknown duration included)."""
     return [
-        job.key
-        for job in running
-        if job.expected is None or job.since + job.expected > clock.hard_stop
+        job.key for job in running if job.expected is None or job.since + job.expected > hard_stop
     ]
+
+
+#: A job stopped at a worker job's limit after running ``s`` seconds is then expected to
+#: take at least this many times ``s`` (it did not finish in ``s``).
+STOPPED_GROWTH = 1.5
+
+
+def after_stop(expected: float | None, ran: float) -> float:
+    """What a job stopped at a worker job's limit after ``ran`` seconds is expected to take
+    from now on: more than it ran, so that it goes only where it can finish, and is refused
+    once no worker job can hold it (instead of being stopped at every limit)."""
+    return max(expected or 0.0, ran * STOPPED_GROWTH)
+
+
+def worker_job_refusal(label: str, expected: Expected, safety: float, runway: Runway) -> str:
+    """Why a job is not started in a farm of worker jobs only: no worker job can hold it."""
+    assert expected.seconds is not None and runway.fresh is not None
+    return (
+        f"{label} was not started: it needs about {duration_text(expected.seconds)} "
+        f"({expected.source}; with --dask-slurm-runtime-margin {duration_text(safety)} "
+        f"more), but a worker job of --dask-slurm-worker-job-time "
+        f"{duration_text(runway.limit)} offers a job at most about "
+        f"{duration_text(runway.fresh)} (its limit, less the landing margin of "
+        f"{duration_text(runway.margin)} and the time its workers take to join). Raise "
+        "--dask-slurm-worker-job-time (within the partition's limit), or lower the rule's "
+        "runtime resource if it is an overestimate."
+    )

@@ -24,6 +24,10 @@ class JobListener:
     def refused(self, keys: Sequence[str]) -> None:
         """These jobs, announced to Snakemake, were not started: the run stops."""
 
+    def moved(self, old_key: str, record: JobRecord) -> None:
+        """The job of ``old_key`` never started where it was (no time left there): it went
+        to Dask again as ``record``'s task."""
+
     def ended(self, record: JobRecord, finished: Finished) -> None:
         """The task of ``record`` ended (succeeded, failed, or lost with its worker)."""
 
@@ -53,6 +57,10 @@ class Listeners(list[JobListener]):
     def refused(self, keys: Sequence[str]) -> None:
         for listener in self:
             listener.refused(keys)
+
+    def moved(self, old_key: str, record: JobRecord) -> None:
+        for listener in self:
+            listener.moved(old_key, record)
 
     def ended(self, record: JobRecord, finished: Finished) -> None:
         for listener in self:

@@ -38,6 +38,10 @@ class Finished:
     usage: Usage | None = None
     #: A general-way job that ran the cold way (a fresh Snakemake): why.
     cold: str | None = None
+    #: It never started where it was, for lack of time there: its worker would land before
+    #: it could finish (it waited there too long), or its worker job landed. It goes to
+    #: another worker (``problem`` says why, for the detail log).
+    too_late: bool = False
 
 
 class SubmitFailed(Exception):

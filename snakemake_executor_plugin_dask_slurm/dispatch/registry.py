@@ -45,6 +45,11 @@ class JobRecord:
     #: Its first task key and log, from which a rerun's are named.
     first_key: str = ""
     first_log: str = ""
+    #: How often it was handed over again without having started (its worker had no time
+    #: left for it: :attr:`.outcomes.Finished.too_late`).
+    moves: int = 0
+    #: The task key the plugin stopped at its worker job's landing (it runs again).
+    stopped_at_limit: str | None = None
 
     def __post_init__(self) -> None:
         self.first_key = self.first_key or self.spec.key
@@ -69,6 +74,11 @@ class JobRecord:
         return dataclasses.replace(
             self.spec, key=f"{self.first_key}-r{n}", log_path=f"{stem}.rerun{n}.log"
         )
+
+    def moved(self) -> TaskSpec:
+        """The task that hands the job over again after it did not start: ``<first
+        key>-mN``, the same log (nothing was written to it)."""
+        return dataclasses.replace(self.spec, key=f"{self.first_key}-m{self.moves + 1}")
 
 
 #: A job that did not reach Dask, with the sentence saying why.
@@ -192,15 +202,20 @@ class JobRegistry:
         record: JobRecord,
         spec: TaskSpec,
         submit: Callable[[list[tuple[TaskSpec, dict[str, float]]]], None],
+        moved: bool = False,
     ) -> Replaced:
         """Register a claimed job (:meth:`claim_for_rerun`) again as ``spec`` (its next
-        run, :meth:`JobRecord.next_run`) and submit it. Not when the run began to stop
-        meanwhile: the caller then fails it (nobody else knows of it)."""
+        run, :meth:`JobRecord.next_run`, or with ``moved`` the same run elsewhere,
+        :meth:`JobRecord.moved`) and submit it. Not when the run began to stop meanwhile:
+        the caller then fails it (nobody else knows of it)."""
         with self._lock:
             if self.stop_reason:
                 return NotRerun(self.stop_reason)
             record.spec = spec
-            record.reruns += 1
+            if moved:
+                record.moves += 1
+            else:
+                record.reruns += 1
             self._jobs[spec.key] = record
             try:
                 submit([(spec, record.request)])

@@ -28,6 +28,14 @@ class Route(enum.Enum):
     #: Its worker died under it: it waits (registered) until its processes are known gone,
     #: then runs again elsewhere or fails (:func:`.recovery.decide`).
     LOST = "lost with its worker"
+    #: It never started where it was, for lack of time there (its worker would land first,
+    #: or its worker job landed): it is handed over again, to a worker with time for it,
+    #: or refused if none can ever have it. Not a failure: nothing ran.
+    MOVE = "hand over again elsewhere"
+    #: Stopped by the plugin at its worker job's landing (it could not finish before that
+    #: job's time limit): its outputs are removed and it runs again elsewhere. Not a
+    #: failure, and not a worker lost under it.
+    RERUN = "run again elsewhere"
     #: It failed on a worker job's worker while the run goes on: if that worker job is
     #: ending (SLURM says so), it was killed with it and is lost; else it failed.
     ASK_WORKER_JOB = "ask whether its worker job ended"
@@ -53,6 +61,8 @@ class RunState:
     stopping: bool = False
     #: The job ran on a worker of a worker job.
     on_worker_job: bool = False
+    #: The plugin stopped it at its worker job's landing.
+    stopped_at_limit: bool = False
 
 
 def route(finished: Finished, state: RunState) -> Route:
@@ -63,8 +73,12 @@ def route(finished: Finished, state: RunState) -> Route:
         return Route.SUCCEEDED
     if state.fatal:
         return Route.COVERED
+    if finished.too_late and not state.stopping:
+        return Route.MOVE
     if finished.lost_on is not None:
         return Route.LOST
+    if state.stopped_at_limit and not state.stopping:
+        return Route.RERUN
     if state.on_worker_job and not state.stopping:
         return Route.ASK_WORKER_JOB
     if finished.outcome is None:

@@ -145,7 +145,12 @@ class UsageListener(JobListener):
     def refused(self, keys: Sequence[str]) -> None:
         self.collector.stopping(keys, self._stop_reason() or "the run was stopping")
 
+    def moved(self, old_key: str, record: JobRecord) -> None:
+        self.collector.moved(old_key, record.key)
+
     def ended(self, record: JobRecord, finished: Finished) -> None:
+        if finished.too_late and self._stop_reason() is None:
+            return  # it never started there, and goes elsewhere (moved) under a new key
         self.collector.ended(finished.key, ended_from(finished, self._stop_reason()))
 
     def workers_seen(self, workers: Mapping[str, Mapping[str, Any]]) -> None:

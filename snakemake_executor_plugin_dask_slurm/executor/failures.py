@@ -23,6 +23,7 @@ from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.health import NoWorkers
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
+from ..dispatch.placement import Placement
 from ..dispatch.recovery import Gone, Recovery, decide
 from ..dispatch.registry import (
     HandedOver,
@@ -70,6 +71,7 @@ class Failures:
         listeners: Listeners,
         say: Say,
         detail_log: str = "",
+        placement: Placement | None = None,
     ):
         self.registry = registry
         self.source = source
@@ -83,6 +85,10 @@ class Failures:
         self._silent: dict[tuple[str, int | None], str] = {}
         #: Where each job's own words about a lost worker go (see report.messages).
         self.detail_log = detail_log
+        #: Where a job handed over again may go, by time (None: anywhere).
+        self.placement = placement
+        #: Jobs handed over again because they could not start where they were in time.
+        self.moved = 0
         self.recovery = Recovery(
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
@@ -100,12 +106,19 @@ class Failures:
             fatal=registry.fatal is not None,
             stopping=registry.stop_reason is not None,
             on_worker_job=on is not None and self.source.from_worker_job(on.name),
+            stopped_at_limit=record is not None and record.stopped_at_limit == finished.key,
         )
         way = route(finished, state)
         if way is Route.SUCCEEDED:
             popped = registry.pop(finished.key)
             if popped is not None:  # not claimed for a rerun meanwhile
                 self.snakemake.succeeded(popped.info)
+        elif way is Route.MOVE:
+            self._move(finished)
+        elif way is Route.RERUN:
+            # Stopped by the plugin at its worker job's landing: its process group is gone
+            # (its outcome came after it was reaped), so it runs again at once.
+            self.recovery.call(lambda: self._rerun(finished.key, finished))
         elif way is Route.LOST:
             assert finished.lost_on is not None
             self.recovery.lost(finished.key, finished.lost_on)  # stays registered
@@ -281,11 +294,14 @@ class Failures:
                 )
             )  # fmt: skip
 
-    def _rerun(self, key: str) -> None:
-        """Run a lost job again, as the same Snakemake attempt, under a new task key,
-        after removing what its dead copy wrote."""
+    def _rerun(self, key: str, finished: Finished | None = None) -> None:
+        """Run a lost job (or one stopped at its worker job's limit: ``finished``) again, as
+        the same Snakemake attempt, under a new task key, after removing what its copy
+        wrote."""
         record = self.registry.claim_for_rerun(key)
         if record is None:
+            if finished is not None and self.registry.get(key) is not None:
+                self._fail(finished)  # the run stops meanwhile: told with its stop
             return  # reported meanwhile (a late success), or the run stops: not again
         job = record.job
         try:
@@ -298,9 +314,34 @@ class Failures:
                 record.info, msg=f"{job_label(job)} could not be run again: {e}\n"
             )
             return
-        outcome = self.registry.resubmit(record, record.next_run(), self.dispatcher.submit_many)
+        self._hand_over_again(record, moved=False)
+
+    def _move(self, finished: Finished) -> None:
+        """A job that did not start where it was, for lack of time there: hand it over
+        again (nothing ran, nothing to remove), to a worker with time for it."""
+        record = self.registry.claim_for_rerun(finished.key)
+        if record is None:
+            if self.registry.get(finished.key) is not None:
+                self._fail(finished)  # the run stops meanwhile: told with its stop
+            return
+        self.moved += 1
+        detail.info("%s %s; handed over again", finished.key, finished.problem)
+        self._hand_over_again(record, moved=True)
+
+    def _hand_over_again(self, record: JobRecord, moved: bool) -> None:
+        job = record.job
+        why = self.placement.again(record) if self.placement is not None else None
+        if why is not None:  # no worker can ever hold it now
+            self.snakemake.failed(record.info, msg=why + "\n")
+            return
+        spec = record.moved() if moved else record.next_run()
+        old_key = record.key
+        outcome = self.registry.resubmit(record, spec, self.dispatcher.submit_many, moved)
         if isinstance(outcome, HandedOver):
-            self.listeners.handed_over([record])
+            if moved:
+                self.listeners.moved(old_key, record)
+            else:
+                self.listeners.handed_over([record])
         elif isinstance(outcome, NotTaken):
             self.report_refused(outcome.refusals)
         else:

@@ -35,9 +35,11 @@ from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
 from ..dispatch.landing import AllocationClock, RunControls
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
+from ..dispatch.placement import Placement
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
 from ..dispatch.usage_listener import usage_listener
+from ..dispatch.worker_landing import WorkerJobLanding
 from ..report.hints import run_speed_hint
 from ..report.messages import stopped_line
 from ..worker import timing
@@ -199,18 +201,24 @@ class Executor(RemoteExecutor):
         margins = (self.config.landing_margin, self.config.runtime_margin)
         controls = RunControls(failures.stop_jobs, self._exit_gracefully, failures.withdraw)
         self._clock = AllocationClock.for_run(
-            os.environ, margins, self._registry, controls, self._say, self._warn
-        )
+            os.environ, margins, self._registry, controls, self._say, self._warn,
+            source.allocation_end(),
+        )  # fmt: skip
         if self._clock is not None:
             self._listeners.append(self._clock)
             signals.on_sigusr1(self._clock.request)
+        placement = Placement.for_run(self._clock, source.runway(), self._registry.quiet)
+        if placement is not None:  # every worker's clock (docs/architecture.md)
+            self._listeners.append(placement)
+            failures.placement = placement
+        source.land_worker_jobs_with(WorkerJobLanding.of(self._registry, dispatcher))
         self._intake = Intake(
             self._builder,
             capacity,
             cap=self.config.cluster == "local",
             key_of=self.job_key,
             note=self._say,
-            check_time=self._clock.check if self._clock else None,
+            placement=placement,
         )
         self._failures = failures
 

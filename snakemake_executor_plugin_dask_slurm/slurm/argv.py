@@ -126,14 +126,15 @@ def sbatch_command(
 
 
 def squeue_command(job_ids: Sequence[str], squeue: str = "squeue") -> list[str]:
-    """The state and node list of ``job_ids``, one ``ID|STATE|NODES`` line each, ended
-    jobs included while SLURM still lists them (jobs it no longer lists are absent)."""
+    """The state, node list and time left of ``job_ids``, one ``ID|STATE|NODES|LEFT``
+    line each, ended jobs included while SLURM still lists them (jobs it no longer lists
+    are absent). LEFT is the time limit less the time used (SLURM's duration format)."""
     return [
         squeue,
         "--noheader",
         f"--jobs={','.join(job_ids)}",
         "--states=all",
-        "--format=%i|%T|%N",
+        "--format=%i|%T|%N|%L",
     ]
 
 
@@ -150,4 +151,15 @@ def sinfo_command(partition: str | None, sinfo: str = "sinfo") -> list[str]:
         "--Node",
         *([f"--partition={partition}"] if partition else []),
         "--format=%N|%c|%t",
+    ]
+
+
+def partition_limits_command(partition: str | None, sinfo: str = "sinfo") -> list[str]:
+    """One ``PARTITION|MAXTIME|DEFAULTTIME`` line per partition (the default one marked
+    ``*``), or of ``partition``."""
+    return [
+        sinfo,
+        "--noheader",
+        *([f"--partition={partition}"] if partition else []),
+        "--format=%P|%l|%L",
     ]

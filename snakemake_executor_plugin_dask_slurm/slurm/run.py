@@ -21,7 +21,7 @@ from ..worker.supervisor import END_WORKER, SWEEP, Swept, parse_sweep
 from .allocation import Allocation, parse_node_memory, read_allocation, with_node_memory
 from .argv import sweep_step_command
 from .states import GONE, parse_job_state
-from .walltime import time_left
+from .walltime import parse_duration, time_left
 
 logger = logging.getLogger(__name__)
 
@@ -182,13 +182,23 @@ def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) ->
     return parse_node_memory(done.stdout)
 
 
-def parse_squeue(text: str) -> dict[str, tuple[str, str]]:
-    """``ID|STATE|NODES`` lines -> {id: (state, nodes)} (pure)."""
+@dataclass(frozen=True)
+class Queued:
+    """A job as squeue lists it."""
+
+    state: str
+    nodes: str
+    #: Seconds left before its time limit (None: no limit, or not established yet).
+    left: float | None = None
+
+
+def parse_squeue(text: str) -> dict[str, Queued]:
+    """``ID|STATE|NODES|LEFT`` lines -> {id: Queued} (pure)."""
     found = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) == 3 and parts[0]:
-            found[parts[0]] = (parts[1], parts[2])
+        if len(parts) == 4 and parts[0]:
+            found[parts[0]] = Queued(parts[1], parts[2], parse_duration(parts[3]))
     return found
 
 

@@ -11,7 +11,7 @@ plugin asks scontrol again every few minutes while it runs.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 #: What SLURM prints for a job without a time limit.
 UNLIMITED = frozenset({"UNLIMITED", "INFINITE", "NOT_SET", "N/A", "Partition_Limit"})
@@ -24,7 +24,7 @@ def parse_duration(text: str) -> float | None:
     ``sbatch --time`` reads them, and the forms ``scontrol``/``squeue`` print).
     """
     text = text.strip()
-    if not text or text in UNLIMITED:
+    if not text or text in UNLIMITED or text.upper() in UNLIMITED:
         return None
     days, dash, rest = text.rpartition("-")
     parts = rest.split(":")
@@ -67,4 +67,34 @@ def allocation_end(
         return float(value), END_TIME_VARIABLE
     if seconds_left is not None:
         return now + seconds_left, "scontrol show job (TimeLimit - RunTime)"
+    return None
+
+
+def time_option(sbatch_args: Sequence[str]) -> str | None:
+    """The ``--time`` among sbatch options (``--time=T``, ``--time T``, ``-t T``, ``-tT``;
+    the last one wins, as with sbatch), or None."""
+    found = None
+    args = list(sbatch_args)
+    for i, arg in enumerate(args):
+        following = args[i + 1] if i + 1 < len(args) else None
+        if arg.startswith("--time="):
+            found = arg.removeprefix("--time=")
+        elif arg in ("--time", "-t"):
+            found = following
+        elif arg.startswith("-t") and not arg.startswith("--"):
+            found = arg[2:]
+    return found
+
+
+def partition_time_limit(sinfo: str, partition: str | None) -> float | None:
+    """A job's time limit in ``partition`` (None: SLURM's default partition) when it asks
+    for none, from ``sinfo --format=%P|%l|%L`` lines: the partition's default time, else
+    its maximum; None when it has none, or the partition is not listed."""
+    for line in sinfo.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        name, maximum, default = parts
+        if (partition is None and name.endswith("*")) or name.rstrip("*") == partition:
+            return parse_duration(default) or parse_duration(maximum)
     return None

@@ -22,6 +22,9 @@
   assigned or stolen to it any more) and asked to close. Dask's own ``retire_workers``
   removes a worker as "expected", after which Dask itself would run its tasks again
   elsewhere: exactly what the plugin forbids.
+- **A worker job lands** (``dask_slurm_land``): its workers leave the running set at once
+  (nothing new goes there) and the tasks they hold are named, for the plugin to move
+  (not started) or stop (cannot finish); once idle they retire as above.
 - **A joining worker gets work at once**: stealing runs for it 50 and 300 ms after it
   joins, not only at Dask's next stealing round (every second).
 """
@@ -53,6 +56,7 @@ def close_workers(scheduler: Any) -> list[str]:
 
 LOAD_HANDLER = "dask_slurm_load"
 RETIRE_IDLE_HANDLER = "dask_slurm_retire_idle"
+LAND_HANDLER = "dask_slurm_land"
 
 
 def _cpus(ts: Any) -> float:
@@ -88,6 +92,22 @@ def retire_idle(scheduler: Any, names: list[str]) -> list[str]:
     return closed
 
 
+def land(scheduler: Any, names: list[str]) -> dict[str, list[str]]:
+    """A worker job lands: take its workers (``names``) out of the running set, so that
+    nothing new is assigned or stolen to them, and say which tasks each holds (running
+    or waiting there) for the plugin to move or stop. They stay connected until they
+    are idle (then :func:`retire_idle`)."""
+    wanted = set(names)
+    held: dict[str, list[str]] = {}
+    for ws in list(scheduler.workers.values()):
+        if str(ws.name) in wanted:
+            scheduler.handle_worker_status_change(
+                "closing_gracefully", ws, stimulus_id="dask-slurm-land"
+            )
+            held[str(ws.name)] = [str(ts.key) for ts in ws.processing]
+    return held
+
+
 #: Seconds after a worker joins at which work is stolen for it (Dask's own stealing runs
 #: every ``work-stealing-interval``, 1 s by default).
 BALANCE_DELAYS = (0.05, 0.3)
@@ -115,6 +135,7 @@ def dask_setup(scheduler: Any) -> None:
     scheduler.handlers[CLOSE_WORKERS_HANDLER] = lambda: close_workers(scheduler)
     scheduler.handlers[LOAD_HANDLER] = lambda: load(scheduler)
     scheduler.handlers[RETIRE_IDLE_HANDLER] = lambda names: retire_idle(scheduler, names)
+    scheduler.handlers[LAND_HANDLER] = lambda names: land(scheduler, names)
     balance_on_arrival(scheduler)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:

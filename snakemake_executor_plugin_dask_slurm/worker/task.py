@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import proctree, timing, warm_host
+from .clock import landing_from_env, late_words, too_late
 from .logtail import read_tail
 from .waiting import Deadline, wait_until
 from .warm_host import WarmLost, WarmProc
-from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, Usage
+from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, TooLate, Usage
 
 if TYPE_CHECKING:
     from resource import struct_rusage
@@ -55,6 +56,8 @@ _starting: set[str] = set()
 _stopped: set[str] = set()
 #: Set in a Dask worker (by ``dask_setup``), never in Snakemake's own process.
 _in_worker = False
+#: This worker's landing point (None: no time limit), from its environment.
+_landing_at: float | None = None
 _lock = threading.Lock()
 #: Log directories this worker already created (one mkdir per directory, not per job).
 _made_dirs: set[str] = set()
@@ -107,6 +110,9 @@ def _popen(spec: TaskSpec, log_mode: str = "wb") -> subprocess.Popen[bytes]:
 def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]:
     """Start the job: on the warm path if it can go there, else its command. The process,
     and why a general-way job went the cold way (None: it did not)."""
+    landing_at = _landing_at
+    if landing_at is not None and too_late(spec.needs, started, landing_at):
+        raise TooLate(late_words(spec.needs, started, landing_at))
     with _lock:
         stopped = spec.key in _stopped
         if not stopped:
@@ -321,6 +327,9 @@ def run_and_report(spec: TaskSpec) -> None:
     except JobFailed as e:
         msg = {"key": spec.key, "ok": False, "outcome": dataclasses.asdict(e.outcome)}
         usage = e.usage
+    except TooLate as e:  # never started: the plugin hands it over again
+        msg = {"key": spec.key, "ok": False, "too_late": str(e)}
+        usage = None
     except BaseException as e:  # a bug, or the worker closing under the job
         msg = {"key": spec.key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
         usage = None
@@ -433,8 +442,9 @@ def _every_second(worker: Any, stop: threading.Event, orphans: bool) -> None:
 
 def dask_setup(worker: Any) -> None:
     """Worker preload hook: adopt the jobs' orphans, and end those of finished jobs."""
-    global _in_worker
+    global _in_worker, _landing_at
     _in_worker = True
+    _landing_at = landing_from_env(os.environ)
     os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
     timing.open_task_log()
     orphans = proctree.become_subreaper()

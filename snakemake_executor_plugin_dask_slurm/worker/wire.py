@@ -51,6 +51,10 @@ class TaskSpec:
     warm: WarmSpec | None = None
     #: A general-way job that goes the cold way (``argv``): why.
     cold: str | None = None
+    #: Seconds it must have before its worker's landing point to start there (its expected
+    #: duration and the runtime margin; None: unknown, it may start until the landing
+    #: point): see :func:`.clock.too_late`.
+    needs: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,12 @@ class Usage:
         # As sent by run_and_report (msgpack keeps str, float and int apart): not
         # converted again, as this runs on the client's event thread for every job.
         return cls(*value)
+
+
+class TooLate(Exception):
+    """Raised on the worker instead of starting a job that could no longer finish before
+    the worker's landing point (it waited there too long): the job never started, and the
+    plugin hands it over again (:func:`.task.run_and_report` says so in its event)."""
 
 
 class JobFailed(Exception):

@@ -13,7 +13,6 @@ from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import (
     Running,
     clock_line,
     duration_text,
-    eligible_workers,
     expected_duration,
     fits,
     percentile,
@@ -118,14 +117,6 @@ def test_a_job_starts_only_if_it_can_finish_before_the_landing(
     expected: float | None, now: float, ok: bool
 ) -> None:
     assert fits(expected, now, CLOCK.landing_at, CLOCK.safety) is ok
-
-
-def test_eligible_workers_by_their_own_landing_points() -> None:
-    # Growth: workers of different allocations, one without a limit.
-    workers = {"early": NOW + 100, "late": NOW + 5000, "free": None}
-    assert eligible_workers(300.0, NOW, workers, 30.0) == ["late", "free"]
-    assert eligible_workers(None, NOW, workers, 30.0) == ["early", "late", "free"]
-    assert eligible_workers(6000.0, NOW, {"early": NOW + 100}, 30.0) == []
 
 
 def test_the_refusal_says_what_it_needs_and_what_is_left() -> None:

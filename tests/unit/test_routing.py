@@ -19,6 +19,7 @@ SHELL_143 = Finished("k", False, outcome=TaskOutcome(143, "n2", 0.0, 1.0, "Termi
 EXIT_2 = Finished("k", False, outcome=TaskOutcome(2, "n2", 0.0, 1.0, ""), on=ON)
 CANCELLED = Finished("k", False, problem="its Dask task was cancelled")
 LOST = Finished("k", False, problem="its Dask worker n2 died", lost_on=ON)
+TOO_LATE = Finished("k", False, problem="not started: its worker lands in 20 s", too_late=True)
 
 RUNNING = RunState()
 STOPPING = RunState(stopping=True)
@@ -26,6 +27,8 @@ FATAL = RunState(fatal=True, stopping=True)
 WORKER_JOB = RunState(on_worker_job=True)
 WORKER_JOB_STOPPING = RunState(on_worker_job=True, stopping=True)
 FORGOTTEN = RunState(registered=False)
+AT_LIMIT = RunState(on_worker_job=True, stopped_at_limit=True)
+AT_LIMIT_STOPPING = RunState(on_worker_job=True, stopped_at_limit=True, stopping=True)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +69,20 @@ FORGOTTEN = RunState(registered=False)
         (SHELL_143, STOPPING, Route.FAILED),
         # ... the plugin's own stop sent it: an ordinary failure, told as stopped
         (TERMINATED, STOPPING, Route.FAILED),
+        # it never started, for lack of time where it was: elsewhere, not a failure
+        (TOO_LATE, RUNNING, Route.MOVE),
+        (TOO_LATE, WORKER_JOB, Route.MOVE),
+        (TOO_LATE, FATAL, Route.COVERED),
+        (TOO_LATE, STOPPING, Route.CHECK_CLUSTER),  # the run lands: told quietly, not run
+        (TOO_LATE, FORGOTTEN, Route.FORGOTTEN),
+        # stopped by the plugin at its worker job's landing: run again, not a failure...
+        (TERMINATED, AT_LIMIT, Route.RERUN),
+        (KILLED, AT_LIMIT, Route.RERUN),
+        (EXIT_1, AT_LIMIT, Route.RERUN),  # a job that reacts to SIGTERM with its own code
+        (OK, AT_LIMIT, Route.SUCCEEDED),  # it finished as it was stopped
+        (LOST, AT_LIMIT, Route.LOST),  # its worker died meanwhile: the lost way
+        # ... unless the run stops: then it is the run's stop that it tells
+        (TERMINATED, AT_LIMIT_STOPPING, Route.FAILED),
         # it failed
         (EXIT_1, RUNNING, Route.FAILED),
         (EXIT_2, RUNNING, Route.FAILED),

@@ -26,18 +26,21 @@ from snakemake_executor_plugin_dask_slurm.slurm.argv import (
     scancel_command,
     squeue_command,
 )
-from snakemake_executor_plugin_dask_slurm.slurm.run import parse_sinfo, parse_squeue
+from snakemake_executor_plugin_dask_slurm.slurm.run import Queued, parse_sinfo, parse_squeue
 from snakemake_executor_plugin_dask_slurm.worker.supervisor import worker_name
 
 
 def test_sinfo_and_squeue_answers() -> None:
     sinfo = "n1|4|idle\nn2|4|mix\nn3|8|alloc\nn4|8|down*\nn5|16|drain\n"
     assert parse_sinfo(sinfo) == {"n1": 4, "n2": 4, "n3": 8}
-    squeue = "12|RUNNING|n[1-2]\n13|PENDING|\n14|CANCELLED|n3\n"
+    squeue = (
+        "12|RUNNING|n[1-2]|1:05\n13|PENDING||2:00\n14|CANCELLED|n3|0:00\n15|RUNNING|n1|UNLIMITED\n"
+    )
     assert parse_squeue(squeue) == {
-        "12": ("RUNNING", "n[1-2]"),
-        "13": ("PENDING", ""),
-        "14": ("CANCELLED", "n3"),
+        "12": Queued("RUNNING", "n[1-2]", 65.0),  # time left: the limit less the time used
+        "13": Queued("PENDING", "", 120.0),
+        "14": Queued("CANCELLED", "n3", 0.0),
+        "15": Queued("RUNNING", "n1", None),  # no time limit
     }
 
 
@@ -61,7 +64,7 @@ def test_sbatch_command_is_an_argument_list_with_the_users_options_last() -> Non
         "sbatch", "--parsable", "--job-name=j", "--output=o", "--nodes=1",
         "--ntasks-per-node=1", "--cpus-per-task=4", "s",
     ]  # fmt: skip
-    assert squeue_command(["1", "2"])[2:] == ["--jobs=1,2", "--states=all", "--format=%i|%T|%N"]
+    assert squeue_command(["1", "2"])[2:] == ["--jobs=1,2", "--states=all", "--format=%i|%T|%N|%L"]
     assert scancel_command(["1", "2"]) == ["scancel", "1", "2"]
 
 

@@ -7,6 +7,7 @@ tests/test_slurm_growth.py's."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -22,14 +23,35 @@ from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
 )
 from snakemake_executor_plugin_dask_slurm.config import GrowthConfig
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
+from snakemake_executor_plugin_dask_slurm.worker.clock import Runway
 from tests.slurm_script import ScriptedScheduler, ScriptedSlurm
 
 #: Ticks happen at T0 + x: in the past, so that ending()'s looks (now) come after them.
 T0 = time.time() - 3600
 
 
+class Landings:
+    """The run's side of a landing: what it was asked to do, and its answers."""
+
+    def __init__(self) -> None:
+        self.landed: list[tuple[str, list[str], list[str], float]] = []
+        self.stopped: list[tuple[str, list[str]]] = []
+
+    def land(
+        self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
+    ) -> tuple[int, int, int]:
+        self.landed.append((job_id, list(names), list(keys), hard_stop))
+        return 1, 1, len(keys) - 2  # one goes on, one stopped, the rest moved
+
+    def stop(self, job_id: str, keys: Sequence[str]) -> int:
+        self.stopped.append((job_id, list(keys)))
+        return len(keys)
+
+
 class Pool:
-    def __init__(self, tmp_path: Path, max_jobs: int = 2, idle: float = 60.0) -> None:
+    def __init__(
+        self, tmp_path: Path, max_jobs: int = 2, idle: float = 60.0, runway: Runway | None = None
+    ) -> None:
         self.slurm = ScriptedSlurm()
         self.scheduler = ScriptedScheduler()
         self.said: list[str] = []
@@ -44,11 +66,15 @@ class Pool:
         self.jobs = WorkerJobs(
             config, recipe, tmp_path, "dask-slurm-t", commands,
             self.said.append, self.warned.append, slurm=self.slurm,
+            runway=runway, landing_margin=120.0,
         )  # fmt: skip
+        self.landings = Landings()
+        self.jobs.landings = self.landings
         self.jobs.prepare()
         self.jobs.call_scheduler = self.scheduler
 
     def tick(self, at: float) -> None:
+        self.slurm.now = T0 + at
         self.jobs.tick(T0 + at)
 
 
@@ -192,3 +218,92 @@ def test_in_sbatch_mode_the_way_out_is_not_to_turn_worker_jobs_off() -> None:
     assert base.way_out == "or run without --dask-slurm-worker-jobs"
     only = GrowthConfig(2, 1, None, None, None, None, (), 60.0, only_source=True)
     assert "without --dask-slurm-cluster sbatch" in only.way_out
+
+
+#: Worker jobs of 2 minutes: they land 30 s before their end, their hard stop 15 s before.
+TWO_MINUTES = Runway(step=2, margin=30.0, safety=7.5, fresh=73.0, limit=120.0)
+
+
+def test_a_worker_job_lands_before_its_limit_and_its_successor_comes_in_time(
+    tmp_path: Path,
+) -> None:
+    pool = Pool(tmp_path, max_jobs=1, runway=TWO_MINUTES)
+    pool.scheduler.waiting_cpus = 4.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)  # job 100 submitted
+    pool.slurm.now = T0 + GROW_AFTER + 2
+    pool.slurm.start("100", "n1", limit=120.0)  # ends at GROW_AFTER + 122
+    end = GROW_AFTER + 122
+    pool.scheduler.waiting_cpus = 0.0
+    pool.scheduler.workers = {"j100-n1": 4}
+    pool.scheduler.keys = {"j100-n1": ["run-1", "run-2", "wait-1", "wait-2"]}
+    pool.tick(GROW_AFTER + POLL_SECONDS)  # seen to start and join: waited POLL_SECONDS
+    assert pool.jobs.waits == [POLL_SECONDS]
+    # Its successor is due at its landing point (end - 30 s), less the wait seen (5 s)
+    # and a quarter more, less 15 s: end - 51.25 s. Not before, even at max_jobs.
+    pool.tick(end - 52)
+    assert [a for a in pool.slurm.commands("sbatch") if "--test-only" not in a][1:] == []
+    pool.tick(end - 51)
+    assert pool.said[-1].startswith(
+        "submitted worker job 101 to replace 100 (it lands in 21 s) (dask-slurm-t; "
+        "the longest wait for its workers so far: 5 s)"
+    ), pool.said
+    pool.slurm.start("101", "n2", limit=120.0)
+    pool.tick(end - 40)  # the successor runs before its predecessor lands
+    pool.scheduler.workers["j101-n2"] = 0
+    pool.tick(end - 39)
+    assert pool.jobs.jobs["101"].joined is not None
+    assert pool.landings.landed == [] and pool.scheduler.landed == []
+    pool.tick(end - 30)  # the landing point
+    assert pool.scheduler.landed == [["j100-n1"]]
+    assert pool.landings.landed == [
+        ("100", ["j100-n1"], ["run-1", "run-2", "wait-1", "wait-2"], T0 + end - 15)
+    ]
+    assert pool.jobs.jobs["100"].action is Action.LANDED
+    assert pool.said[-1] == (
+        "worker job 100 lands, 30 s before its time limit: no job starts there any more; 1 "
+        "running job(s) expected to finish in time go on, 1 that could not are stopped (they "
+        "run again elsewhere), 2 not started go to other workers; its successor is 101"
+    )
+    pool.scheduler.keys = {"j100-n1": ["run-1"]}
+    pool.scheduler.workers["j100-n1"] = 1
+    pool.tick(end - 16)
+    assert pool.landings.stopped == [] and pool.scheduler.retired == []
+    pool.tick(end - 15)  # the hard stop: what still runs there is stopped
+    assert pool.landings.stopped == [("100", ["run-1"])]
+    pool.scheduler.workers["j100-n1"] = 0
+    pool.tick(end - 14)  # nothing left on its worker: it leaves through the scheduler
+    assert pool.scheduler.retired == [["j100-n1"]]
+    pool.slurm.end("100")  # its steps ended, so did the job: by itself
+    pool.tick(end - 14 + POLL_SECONDS)
+    assert pool.jobs.jobs["100"].end == "landed"
+    assert pool.slurm.commands("scancel") == [] and pool.warned == []
+    summary = pool.jobs.summary()
+    assert summary is not None and summary.startswith("worker jobs: 2 submitted, 2 ran, for ")
+    assert "(1 landed, 1 running)" in summary, summary
+    assert summary.endswith(
+        "; 2 job(s) stopped at a worker job's time limit (run again elsewhere), 2 moved "
+        "unstarted off landing ones"
+    ), summary
+
+
+def test_a_landed_job_still_there_just_before_its_end_is_cancelled(tmp_path: Path) -> None:
+    pool = Pool(tmp_path, runway=TWO_MINUTES)
+    pool.scheduler.waiting_cpus = 4.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)
+    pool.slurm.start("100", "n1", limit=60.0)
+    pool.scheduler.workers = {"j100-n1": 1}
+    pool.tick(GROW_AFTER + 1)
+    end = GROW_AFTER + 60
+    pool.tick(end - 30)  # lands; its one job runs on (a worker that never lets go)
+    pool.tick(end - 6)
+    assert pool.slurm.commands("scancel") == []
+    pool.tick(end - 5)
+    assert pool.slurm.commands("scancel") == [["scancel", "100"]]
+    assert pool.warned == [
+        "worker job 100 was still running 5 s before its time limit: cancelled (its "
+        "workers' supervisors end what runs there)"
+    ]
+    pool.tick(end - 4)
+    assert len(pool.slurm.commands("scancel")) == 1  # once

@@ -15,7 +15,10 @@ What the pool changes about the source:
   worker job (scancel, its time limit): SLURM is asked first, and such a job is lost, not
   failed;
 - **stopping**: the pool's thread stops before the client closes; every worker job is
-  cancelled after the inner source closed, and the pool's summary is the last word.
+  cancelled after the inner source closed, and the pool's summary is the last word;
+- **clocks**: the run's runway (worker jobs with a time limit) is the pool's, and each
+  worker job lands before its limit, its jobs moved or stopped by the run's
+  :class:`.pool.Landings`.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...worker.clock import AllocationEnd, Runway
 from ...worker.supervisor import Swept
 from ..base import ClusterSource
 from ..security import RunSecurity
-from .pool import WorkerJobs
+from .pool import Landings, WorkerJobs
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -107,6 +111,15 @@ class GrowingCluster(ClusterSource):
         if self.pool.owns(name):
             return self.pool.end_worker(name, pid) if pid is not None else None
         return self.inner.end_worker(name, pid)
+
+    def allocation_end(self) -> AllocationEnd | None:
+        return self.inner.allocation_end()
+
+    def runway(self) -> Runway | None:
+        return self.pool.runway
+
+    def land_worker_jobs_with(self, landings: Landings) -> None:
+        self.pool.landings = landings
 
     def closing_lines(self) -> list[str]:
         line = self.pool.summary()

@@ -23,8 +23,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..spec import WorkerLanding, WorkerRecipe
 
 #: Seconds scontrol gets to expand the job's node list or tell its nodes' memory.
 SCONTROL_TIMEOUT = 15.0
@@ -58,7 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         env, commands.scontrol, dask.system.CPU_COUNT, os.cpu_count() or 1, SCONTROL_TIMEOUT
     )
     layout = plan_layout(alloc, None)
-    steps = plan_worker_steps(recipe, alloc, layout, commands.srun, f"worker-job-{job_id}-")
+    landing = own_landing(recipe, env, commands.scontrol, job_id)
+    prefix = f"worker-job-{job_id}-"
+    steps = plan_worker_steps(recipe, alloc, layout, commands.srun, prefix, landing)
     say(
         f"job {job_id}: nodes {','.join(alloc.nodes)}, CPUs {','.join(map(str, alloc.cpus))} "
         f"({alloc.cpus_source}); workers: {layout.describe()}"
@@ -72,8 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, forward)
-    child_env = dict(env) | dict(recipe.env)
     for step in steps:
+        child_env = dict(env) | dict(step.env)
         step.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(step.log_path, "ab") as log:
             procs.append(
@@ -89,6 +95,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     codes = [proc.wait() for proc in procs]
     say(f"every worker step ended (exit codes {', '.join(map(str, codes))})")
     return 0 if all(code == 0 for code in codes) else 1
+
+
+def own_landing(
+    recipe: WorkerRecipe, env: Mapping[str, str], scontrol: str | None, job_id: str
+) -> WorkerLanding | None:
+    """This job's landing point, from its end (``SLURM_JOB_END_TIME``, else scontrol): its
+    workers start no job that cannot finish by then, and advertise the run's runway up to
+    it. None when the run lands no worker job (no margin), or SLURM tells no end."""
+    from ...slurm.run import scontrol_time_left
+    from ...slurm.walltime import allocation_end
+    from ..spec import WorkerLanding
+
+    if recipe.landing_margin <= 0:
+        return None
+    now = time.time()
+    left = scontrol_time_left(scontrol, job_id, SCONTROL_TIMEOUT) if scontrol else None
+    found = allocation_end(env, left, now)
+    if found is None:
+        say(f"job {job_id}: SLURM tells no time limit; its workers do not land by themselves")
+        return None
+    landing = WorkerLanding(found[0] - recipe.landing_margin, now)
+    say(
+        f"job {job_id}: ends at {time.strftime('%H:%M:%S', time.localtime(found[0]))} (from "
+        f"{found[1]}); its workers land {recipe.landing_margin:.0f} s before, at "
+        f"{time.strftime('%H:%M:%S', time.localtime(landing.at))}: no job starts there "
+        "that cannot finish by then"
+    )
+    return landing
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ is true now, so that nothing oscillates:
   rest of the run (the run goes on with what it has).
 - **Shrink**: once nothing has waited for ``idle_seconds``, pending jobs are cancelled
   and a running job whose workers have all been idle that long is retired.
+- **Replaced in time**: a running job with a time limit lands before it
+  (:mod:`.pool`); while it still has work (its workers are busy, or jobs wait), its
+  *successor* is submitted early enough to be running before it lands: the longest
+  submission-to-workers wait seen for the run's recent worker jobs, with a quarter more
+  and ``REPLACE_LEAD`` to spare, before its landing point (:func:`successor_due`). A job
+  being replaced no longer counts towards ``max_jobs`` (its successor does), and its
+  successor is not capacity to come for the backlog while it still runs.
 """
 
 from __future__ import annotations
@@ -31,6 +38,13 @@ BACKOFF_SECONDS = 10.0
 BACKOFF_MAX = 300.0
 #: Failed submissions in a row after which growth pauses.
 MAX_FAILURES = 4
+#: A successor is due this long, plus the waits seen, before its predecessor lands: the
+#: pool notices a job's start and its workers' joining only every few seconds.
+REPLACE_LEAD = 15.0
+#: The waits seen are stretched by this much (queues vary).
+WAIT_SPREAD = 1.25
+#: How many of the most recent waits count.
+RECENT_WAITS = 5
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,12 @@ class JobView:
     #: Since when all its workers have been idle (None: busy, or none joined yet).
     idle_since: float | None = None
     submitted: float = 0.0
+    #: Its landing point (None: no time limit known, or not running yet).
+    landing_at: float | None = None
+    #: A successor was submitted for it.
+    replaced: bool = False
+    #: It is the successor of a job that still runs.
+    replacing: bool = False
 
 
 @dataclass(frozen=True)
@@ -64,6 +84,8 @@ class Situation:
     #: Since when something has waited (None: nothing waits now).
     backlog_since: float | None = None
     grow_after: float = 0.0
+    #: Seconds from submission until the workers joined, of the run's worker jobs so far.
+    waits: Sequence[float] = ()
 
 
 @dataclass(frozen=True)
@@ -71,25 +93,51 @@ class Decision:
     submit: int = 0
     cancel: tuple[str, ...] = ()  # pending jobs no longer needed
     retire: tuple[str, ...] = ()  # running jobs idle for long enough
+    replace: tuple[str, ...] = ()  # running jobs whose successor is due now
 
     def __bool__(self) -> bool:
-        return bool(self.submit or self.cancel or self.retire)
+        return bool(self.submit or self.cancel or self.retire or self.replace)
+
+
+def successor_due(landing_at: float, waits: Sequence[float]) -> float:
+    """When to submit the successor of a job landing at ``landing_at``, so that its workers
+    have joined by then: the longest of the recent ``waits`` (submission to workers
+    joined), a quarter more, and ``REPLACE_LEAD`` before it."""
+    wait = max(waits[-RECENT_WAITS:], default=0.0)
+    return landing_at - wait * WAIT_SPREAD - REPLACE_LEAD
 
 
 def decide(s: Situation) -> Decision:
     pending = [j for j in s.jobs if j.state == PENDING]
-    coming = sum(j.cpus for j in pending)
+    coming = sum(j.cpus for j in pending if not j.replacing)
     uncovered = s.backlog_cpus - coming
     submit = 0
     waited = s.backlog_since is not None and s.now - s.backlog_since >= s.grow_after
+    counted = sum(1 for j in s.jobs if not j.replaced)
     if uncovered > 0 and waited and not s.paused and s.now >= s.next_submission:
         wanted = math.ceil(uncovered / max(s.cpus_per_job, 1.0))
-        submit = max(0, min(wanted, s.max_jobs - len(s.jobs)))
+        submit = max(0, min(wanted, s.max_jobs - counted))
+    replace: tuple[str, ...] = ()
+    if not s.paused and s.now >= s.next_submission:
+        replace = tuple(
+            j.job_id
+            for j in s.jobs
+            if j.state == RUNNING
+            and j.landing_at is not None
+            and not j.replaced
+            and (j.idle_since is None or s.backlog_cpus > 0)  # it still has work
+            and s.now >= successor_due(j.landing_at, s.waits)
+        )
     quiet = s.empty_since is not None and s.now - s.empty_since >= s.idle_seconds
     if not quiet:
-        return Decision(submit)
-    # Nothing has waited for a while: what is pending or idle is not needed.
-    cancel = tuple(j.job_id for j in sorted(pending, key=lambda j: j.submitted, reverse=True))
+        return Decision(submit, replace=replace)
+    # Nothing has waited for a while: what is pending or idle is not needed (but the
+    # successor of a job that still has work is).
+    cancel = tuple(
+        j.job_id
+        for j in sorted(pending, key=lambda j: j.submitted, reverse=True)
+        if not j.replacing
+    )
     retire = tuple(
         j.job_id
         for j in s.jobs
@@ -97,7 +145,7 @@ def decide(s: Situation) -> Decision:
         and j.idle_since is not None
         and s.now - j.idle_since >= s.idle_seconds
     )
-    return Decision(submit, cancel, retire)
+    return Decision(submit, cancel, retire, replace)
 
 
 def after_failure(failures: int, now: float) -> tuple[float, bool]:

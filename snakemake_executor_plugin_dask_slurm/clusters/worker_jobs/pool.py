@@ -16,6 +16,14 @@ shrink it when they are idle (the lifecycle; the decisions are :mod:`.policy`'s)
 - **At the end** (:meth:`WorkerJobs.close`), on every path: one ``scancel`` for every
   worker job still pending or running, then a check that ``squeue`` lists none.
 
+- **Each job's clock**: squeue also says how long each running worker job has left; from
+  its landing point (its end less the landing margin) it *lands*: its workers leave Dask's
+  running set (``dask_slurm_land``), the jobs they hold are moved (not started) or stopped
+  (cannot finish before its hard stop) by the run (:class:`Landings`), the rest finish,
+  then its workers retire through the scheduler and the job ends by itself, before SLURM's
+  SIGTERM (a job still listed a few seconds before its end is cancelled). While it still
+  has work its successor is submitted in time (:func:`.policy.successor_due`).
+
 A worker job that ends under the run (scancel, its time limit, a node failure) is a worker
 lost like any other: its supervisors end the jobs' processes and record it, and the
 executor runs those jobs again elsewhere (:mod:`...dispatch.recovery`).
@@ -33,10 +41,10 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...config import GrowthConfig
 from ...errors import DaskSlurmError
@@ -49,6 +57,7 @@ from ...slurm.argv import (
 )
 from ...slurm.hostlist import expand_hostlist
 from ...slurm.run import (
+    Queued,
     Slurm,
     SlurmCommandError,
     end_worker_on_node,
@@ -59,7 +68,8 @@ from ...slurm.run import (
     sweep_node,
 )
 from ...slurm.states import GONE, Phase, phase
-from ...worker.scheduler_preload import LOAD_HANDLER, RETIRE_IDLE_HANDLER
+from ...worker.clock import Runway, scaled_margins
+from ...worker.scheduler_preload import LAND_HANDLER, LOAD_HANDLER, RETIRE_IDLE_HANDLER
 from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
 from ..spec import WorkerRecipe
@@ -83,6 +93,9 @@ RETIRE_GRACE = 30.0
 ENDING_RECHECK = 0.5
 #: Seconds close() waits for squeue to list no worker job any more.
 GONE_TIMEOUT = 20.0
+#: A landed job still listed this long before its end is cancelled (it must not meet
+#: SLURM's SIGTERM with jobs on it).
+END_GUARD = 5.0
 SCRIPT_NAME = "worker-job.py"
 RECIPE_NAME = "recipe.json"
 
@@ -114,6 +127,22 @@ class Action(enum.Enum):
     CANCELLED = "cancelled"
     #: The run ended.
     STOPPED = "stopped"
+    #: Its time limit came near: its workers left with nothing lost; it ends itself.
+    LANDED = "landed"
+
+
+class Landings(Protocol):
+    """What the run does with the jobs on a landing worker job's workers (the dispatch
+    side: :class:`...dispatch.worker_landing.WorkerJobLanding`)."""
+
+    def land(
+        self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
+    ) -> tuple[int, int, int]:
+        """Move what has not started, stop what cannot finish by ``hard_stop``: (going
+        on, stopped, moved)."""
+
+    def stop(self, job_id: str, keys: Sequence[str]) -> int:
+        """Stop ``keys`` at the hard stop: how many."""
 
 
 @dataclass
@@ -135,6 +164,14 @@ class TrackedJob:
     action_at: float | None = None
     idle_since: float | None = None
     workers: set[str] = field(default_factory=set)
+    #: Its end, from squeue's time left (None: no time limit, or not running yet).
+    end_at: float | None = None
+    #: The job submitted to replace it before it lands, and the one it replaces.
+    successor: str | None = None
+    replaces: str | None = None
+    #: Its landing: the hard stop done; cancelled just before its end (still there).
+    hard_stopped: bool = False
+    cancelled_at_end: bool = False
 
 
 def submission_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -175,8 +212,21 @@ class WorkerJobs:
         say: Callable[[str], None],
         warn: Callable[[str], None],
         slurm: Slurm | None = None,
+        runway: Runway | None = None,
+        landing_margin: float = 0.0,
     ):
         self.config = config
+        #: The run's runway (None: worker jobs are not placed by time, see worker/clock.py).
+        self.runway = runway
+        #: --dask-slurm-landing-margin (0: worker jobs do not land by themselves).
+        self.landing_margin = landing_margin
+        #: What the run does with a landing job's jobs (set by the glue; None: nothing).
+        self.landings: Landings | None = None
+        #: Seconds from submission until the workers joined, per job, in order.
+        self.waits: list[float] = []
+        #: Jobs a landing stopped (they run again elsewhere) or moved before they started.
+        self.stopped_at_limit = 0
+        self.moved_at_landing = 0
         self.slurm = slurm or Slurm()
         self.recipe = recipe
         self.dir = run_dir / "worker-jobs"
@@ -325,7 +375,9 @@ class WorkerJobs:
             else:
                 self.backlog_since = None
                 self.empty_since = self.empty_since or now
+            self._land_due(held, now)
             live = [j for j in self.jobs.values() if j.ended is None and j.action is None]
+            alive = {j.job_id for j in live}
             situation = policy.Situation(
                 now=now,
                 backlog_cpus=waiting,
@@ -336,6 +388,9 @@ class WorkerJobs:
                         j.cpus,
                         j.idle_since,
                         j.submitted,
+                        self._landing_at(j),
+                        replaced=j.successor is not None,
+                        replacing=j.replaces in alive,
                     )
                     for j in live
                 ],
@@ -347,10 +402,13 @@ class WorkerJobs:
                 paused=self.paused,
                 backlog_since=self.backlog_since,
                 grow_after=GROW_AFTER,
+                waits=self.waits,
             )
             decision = policy.decide(situation)
             if decision.submit:
                 self._submit(decision.submit, waiting, now)
+            if decision.replace:
+                self._submit(len(decision.replace), waiting, now, list(decision.replace))
             if decision.cancel:
                 self._cancel(list(decision.cancel), now, Action.CANCELLED)
             for job_id in decision.retire:
@@ -372,6 +430,7 @@ class WorkerJobs:
             if job.joined is None:
                 job.joined = now
                 waited = now - job.submitted
+                self.waits.append(waited)
                 self.say(
                     f"worker job {job_id}: {len(counts)} worker(s) joined "
                     f"({', '.join(sorted(job.workers))}), {waited:.0f} s after submission"
@@ -390,13 +449,16 @@ class WorkerJobs:
         states = parse_squeue(done.stdout)
         for job_id in ids:
             job = self.jobs[job_id]
-            state, nodes = states.get(job_id, (GONE, ""))
+            queued = states.get(job_id, Queued(GONE, ""))
+            state, nodes = queued.state, queued.nodes
             state = state.split()[0] if state else GONE
             if nodes and nodes not in ("(null)", "None assigned"):
                 with contextlib.suppress(ValueError):
                     job.nodes = tuple(expand_hostlist(nodes))
             job.state = state
             now_in = phase(state)
+            if now_in is Phase.STARTED and queued.left is not None:
+                job.end_at = now + queued.left
             if now_in is Phase.STARTED and job.started is None:
                 job.started = now
                 self.say(
@@ -419,9 +481,12 @@ class WorkerJobs:
             f"{job.job_id}.out"
         )
 
-    def _submit(self, count: int, waiting: float, now: float) -> None:
+    def _submit(
+        self, count: int, waiting: float, now: float, replacing: Sequence[str] = ()
+    ) -> None:
+        """Submit ``count`` worker jobs (with ``replacing``: one successor for each)."""
         submitted = []
-        for _ in range(count):
+        for index in range(count):
             try:
                 said = self._sbatch()
             except SlurmCommandError as e:
@@ -446,7 +511,24 @@ class WorkerJobs:
             self.failures = 0
             self.jobs[job_id] = TrackedJob(job_id, self.cpus_per_job, now)
             submitted.append(job_id)
-        if submitted:
+            if replacing:
+                self.jobs[job_id].replaces = replacing[index]
+                self.jobs[replacing[index]].successor = job_id
+        if submitted and replacing:
+            lines = []
+            for job_id in submitted:
+                old = self.jobs[self.jobs[job_id].replaces or ""]
+                lands = (self._landing_at(old) or now) - now
+                lines.append(
+                    f"worker job {job_id} to replace {old.job_id} (it lands in {lands:.0f} s)"
+                )
+            wait = max(self.waits[-policy.RECENT_WAITS :], default=0.0)
+            self.say(
+                f"submitted {'; '.join(lines)} ({self.name}; the longest wait for its "
+                f"workers so far: {wait:.0f} s)"
+            )
+            self._last_poll = 0.0
+        elif submitted:
             self.first_submission = self.first_submission or now
             pending = sum(1 for j in self.jobs.values() if j.ended is None and not j.joined)
             self.say(
@@ -455,6 +537,90 @@ class WorkerJobs:
                 f"most {self.config.max_jobs} at once"
             )
             self._last_poll = 0.0  # look at them soon
+
+    # -- each job's clock ----------------------------------------------------------------
+
+    def _margin(self, job: TrackedJob) -> float:
+        """How long before its end a job lands: the runway's margin, else the landing
+        margin scaled to its lifetime (0: it does not land)."""
+        if self.runway is not None:
+            return self.runway.margin
+        if self.landing_margin <= 0 or job.end_at is None:
+            return 0.0
+        start = job.started or job.joined or job.end_at
+        return scaled_margins(job.end_at, start, self.landing_margin, 0.0)[0]
+
+    def _landing_at(self, job: TrackedJob) -> float | None:
+        margin = self._margin(job)
+        if job.end_at is None or margin <= 0:
+            return None
+        return job.end_at - margin
+
+    def _land_due(self, held: Mapping[str, int], now: float) -> None:
+        """Land each job at its landing point, stop what still runs at its hard stop, let
+        its workers go once they hold nothing, cancel it if it is still there just before
+        its end."""
+        for job in self.jobs.values():
+            landing_at = self._landing_at(job)
+            if job.ended is not None or landing_at is None or job.end_at is None:
+                continue
+            if job.action is None and job.joined is not None and now >= landing_at:
+                self._land(job, now)
+            if job.action is not Action.LANDED:
+                continue
+            hard_stop = job.end_at - self._margin(job) / 2
+            if not job.hard_stopped and now >= hard_stop:
+                self._hard_stop(job)
+            idle = [name for name in sorted(job.workers) if held.get(name) == 0]
+            if idle:  # out of the running set since the landing: nothing new comes to them
+                assert self.call_scheduler is not None
+                self.call_scheduler(RETIRE_IDLE_HANDLER, names=idle)
+            connected = any(name in held for name in job.workers)
+            if now >= job.end_at - END_GUARD and connected and not job.cancelled_at_end:
+                job.cancelled_at_end = True
+                self.slurm.ask(scancel_command([job.job_id], self.commands.scancel), SLURM_TIMEOUT)
+                self.warn(
+                    f"worker job {job.job_id} was still running {END_GUARD:.0f} s before its "
+                    "time limit: cancelled (its workers' supervisors end what runs there)"
+                )
+
+    def _held(self, job: TrackedJob, why: str) -> tuple[list[str], list[str]]:
+        """Its workers' names and the tasks they hold, once they are out of the running
+        set (nothing new goes to them)."""
+        names = sorted(job.workers)
+        assert self.call_scheduler is not None
+        held: Mapping[str, list[str]] = self.call_scheduler(LAND_HANDLER, names=names)
+        logger.debug("worker job %s %s: its workers hold %s", job.job_id, why, held)
+        return names, [key for keys in held.values() for key in keys]
+
+    def _land(self, job: TrackedJob, now: float) -> None:
+        assert job.end_at is not None
+        job.action, job.action_at = Action.LANDED, now
+        names, keys = self._held(job, "lands")
+        hard_stop = job.end_at - self._margin(job) / 2
+        going_on = stopped = moved = 0
+        if self.landings is not None and keys:
+            going_on, stopped, moved = self.landings.land(job.job_id, names, keys, hard_stop)
+        self.stopped_at_limit += stopped
+        self.moved_at_landing += moved
+        successor = f"; its successor is {job.successor}" if job.successor else ""
+        self.say(
+            f"worker job {job.job_id} lands, {job.end_at - now:.0f} s before its time limit: "
+            f"no job starts there any more; {going_on} running job(s) expected to finish in "
+            f"time go on, {stopped} that could not are stopped (they run again elsewhere), "
+            f"{moved} not started go to other workers{successor}"
+        )
+
+    def _hard_stop(self, job: TrackedJob) -> None:
+        job.hard_stopped = True
+        _, keys = self._held(job, "reached its hard stop")
+        stopped = self.landings.stop(job.job_id, keys) if self.landings and keys else 0
+        self.stopped_at_limit += stopped
+        if stopped:
+            self.say(
+                f"worker job {job.job_id}: {stopped} job(s) still running at its hard stop "
+                "are stopped (they run again elsewhere)"
+            )
 
     def _cancel(self, ids: list[str], now: float, action: Action) -> None:
         if not ids:
@@ -611,7 +777,13 @@ class WorkerJobs:
             if self.first_submission and self.first_backlog
             else ""
         )
+        landings = ""
+        if any(j.action is Action.LANDED for j in jobs):
+            landings = (
+                f"; {self.stopped_at_limit} job(s) stopped at a worker job's time limit (run "
+                f"again elsewhere), {self.moved_at_landing} moved unstarted off landing ones"
+            )
         return (
             f"worker jobs: {len(jobs)} submitted, {len(ran)} ran, for "
-            f"{math.ceil(node_seconds / 60)} node-minute(s) in all ({how}){first}"
+            f"{math.ceil(node_seconds / 60)} node-minute(s) in all ({how}){first}{landings}"
         )

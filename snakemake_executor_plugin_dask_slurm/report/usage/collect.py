@@ -103,6 +103,14 @@ class UsageCollector:
             self._lost[old_key] = why
             self._handed[new_key] = replace(old, key=new_key, rerun=old.rerun + 1, at=now)
 
+    def moved(self, old_key: str, new_key: str) -> None:
+        """The job of ``old_key`` never started, and went to Dask again as ``new_key``:
+        one attempt, under the new key."""
+        with self._lock:
+            old = self._handed.pop(old_key, None)
+            if old is not None:
+                self._handed[new_key] = replace(old, key=new_key)
+
     def ended(self, key: str, ended: Ended) -> None:
         with self._lock:
             self._ended.setdefault(key, ended)  # the first word counts

@@ -1,0 +1,106 @@
+"""A worker job lands: what becomes of the jobs on its workers (the dispatch side; when it
+lands, and its workers' leaving, are the worker-job pool's, :mod:`..clusters.worker_jobs.pool`).
+
+At the worker job's landing point the pool has taken its workers out of Dask's running set
+(nothing new is placed there) and asks the scheduler which tasks they hold; then
+:meth:`WorkerJobLanding.land`:
+
+- takes back at once what has not started (:meth:`.dispatcher.Dispatcher.withdraw`): each
+  goes to another worker (:attr:`.outcomes.Finished.too_late`, routed as a move, not a
+  failure: nothing ran);
+- of the started jobs, lets those expected to end before the worker job's hard stop go
+  on, and stops the others now (unknown duration included): each then runs again
+  elsewhere, its outputs removed first, counted neither as failed nor as lost with a worker
+  (:attr:`.routing.Route.RERUN`); it is expected from then on to take half again what it
+  ran, so it goes only where it can finish, or is refused with the numbers;
+- at the hard stop, :meth:`WorkerJobLanding.stop` stops whatever still runs there alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from .dispatcher import Dispatcher
+from .landing_policy import Running, after_stop, stop_before
+from .registry import JobRegistry
+
+#: The plugin's detail log (logs/plugin.log): one line per job a landing moved or stopped.
+detail = logging.getLogger("snakemake_executor_plugin_dask_slurm.detail")
+
+
+class WorkerJobLanding:
+    """What a worker job's landing does to the jobs on its workers."""
+
+    def __init__(
+        self,
+        registry: JobRegistry,
+        withdraw: Callable[[list[str], str, list[str] | None], dict[str, float] | None],
+        kill: Callable[[list[str]], object],
+        addresses: Callable[[Sequence[str]], list[str]],
+    ):
+        self._registry = registry
+        self._withdraw = withdraw
+        self._kill = kill
+        self._addresses = addresses
+        #: Jobs stopped at a worker job's limit, and moved off a landing worker job.
+        self.stopped = 0
+        self.moved = 0
+
+    @classmethod
+    def of(cls, registry: JobRegistry, dispatcher: Dispatcher) -> WorkerJobLanding:
+        """The run's, acting through its dispatcher."""
+
+        def withdraw(
+            keys: list[str], why: str, workers: list[str] | None
+        ) -> dict[str, float] | None:
+            return dispatcher.withdraw(keys, move=why, workers=workers)
+
+        return cls(registry, withdraw, dispatcher.kill, dispatcher.addresses)
+
+    def land(
+        self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
+    ) -> tuple[int, int, int]:
+        """The jobs ``keys`` held by worker job ``job_id``'s workers ``names`` when it
+        lands: ``(started jobs going on, started jobs stopped, jobs moved unstarted)``."""
+        keys = [key for key in keys if self._registry.get(key) is not None]
+        if not keys:
+            return 0, 0, 0
+        why = f"not started: its worker job {job_id} is landing before its time limit"
+        # Unknown addresses: ask every worker (never take a running job for a waiting one).
+        addresses = self._addresses(names) or None
+        started = self._withdraw(keys, why, addresses)
+        if started is None:  # the workers could not be asked: every job may have started
+            started = {key: 0.0 for key in keys}
+        running = [
+            Running(record.key, started[record.key] or record.handed_over, record.expected)
+            for record in self._registry.records(list(started))
+        ]
+        stop = stop_before(running, hard_stop)
+        self._stop(job_id, stop, {job.key: job.since for job in running})
+        moved = len(keys) - len(started)
+        self.moved += moved
+        return len(running) - len(stop), len(stop), moved
+
+    def stop(self, job_id: str, keys: Sequence[str]) -> int:
+        """At worker job ``job_id``'s hard stop: stop ``keys`` (what still runs there)."""
+        records = self._registry.records(list(keys))
+        self._stop(job_id, [r.key for r in records], {r.key: r.handed_over for r in records})
+        return len(records)
+
+    def _stop(self, job_id: str, keys: list[str], since: dict[str, float]) -> None:
+        if not keys:
+            return
+        now = time.time()
+        for record in self._registry.records(keys):
+            # Set before the kill: its outcome then finds it (routing: run again).
+            record.stopped_at_limit = record.key
+            record.expected = after_stop(record.expected, now - since.get(record.key, now))
+            detail.info(
+                "%s: stopped at worker job %s's landing (it could not finish before its "
+                "time limit); it runs again elsewhere, expected to take %.0f s",
+                record.key, job_id, record.expected,
+            )  # fmt: skip
+        self.stopped += len(keys)
+        self._kill(keys)
