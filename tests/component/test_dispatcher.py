@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -228,3 +229,22 @@ def test_withdraw_takes_back_what_has_not_started_and_leaves_what_runs(
     assert sorted(f.key for f in done if f.ok) == sorted(running)
     time.sleep(0.5)
     assert not any((tmp_path / f"{k}.started").exists() for k in waiting)  # never started
+
+
+def test_a_job_too_late_for_its_worker_comes_back_to_go_elsewhere(
+    client: Client, tmp_path: Path
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
+
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set)
+    worker_task._landing_at = time.time() + 5.0  # the in-process worker's landing point
+    try:
+        late = dataclasses.replace(spec(tmp_path, "late", "touch late.started"), needs=60.0)
+        dispatcher.submit_many([(late, {"cpus": 1})])
+        (finished,) = wait_for(dispatcher, 1, woken)
+    finally:
+        worker_task._landing_at = None
+    assert finished.too_late and not finished.ok and finished.outcome is None
+    assert finished.problem and finished.problem.startswith("not started: it needs about 60 s")
+    assert not (tmp_path / "late.started").exists()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +20,24 @@ from snakemake_executor_plugin_dask_slurm.worker.task import (
     run_task,
     running_tasks,
 )
-from snakemake_executor_plugin_dask_slurm.worker.wire import SYSTEM_TMPDIR, JobFailed, TaskSpec
+from snakemake_executor_plugin_dask_slurm.worker.wire import (
+    SYSTEM_TMPDIR,
+    JobFailed,
+    TaskSpec,
+    TooLate,
+)
 from tests.waiting import eventually
 
 
 @pytest.fixture(autouse=True)
-def fresh_worker_state() -> None:
-    # Module state of one worker process; each test plays a fresh worker.
+def fresh_worker_state() -> Iterator[None]:
+    # Module state of one worker process; each test plays a fresh worker. The in-process
+    # workers of other tests share it: no landing point is left behind.
     worker_task._stopped.clear()
     worker_task._newly_started.clear()
+    worker_task._landing_at = None
+    yield
+    worker_task._landing_at = None
 
 
 def spec(tmp_path: Path, script: str, key: str = "k1", tmpdir: str | None = None) -> TaskSpec:
@@ -215,3 +227,20 @@ def test_withdraw_keeps_what_runs_and_stops_the_rest_from_starting(tmp_path: Pat
     assert not (tmp_path / "never").exists()
     kill_tasks(["runs"], grace=0.5)
     thread.join(10)
+
+
+def test_a_worker_starts_no_job_that_cannot_finish_before_its_landing_point(
+    tmp_path: Path,
+) -> None:
+    worker_task._landing_at = time.time() + 5.0
+    marker = tmp_path / "ran"
+    late = dataclasses.replace(spec(tmp_path, f"touch {marker}", key="late"), needs=10.0)
+    with pytest.raises(TooLate) as caught:
+        run_task(late)
+    assert str(caught.value).startswith("not started: it needs about 10 s with the margin, ")
+    assert not marker.exists() and worker_task.running_tasks() == []
+    assert run_task(dataclasses.replace(late, needs=1.0)).returncode == 0  # fits
+    assert run_task(dataclasses.replace(late, needs=None)).returncode == 0  # unknown: fits
+    worker_task._landing_at = time.time() - 1.0  # landed: nothing starts
+    with pytest.raises(TooLate, match="its worker reached its landing point"):
+        run_task(dataclasses.replace(late, needs=None))
