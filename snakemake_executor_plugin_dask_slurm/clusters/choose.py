@@ -205,6 +205,7 @@ def make_worker_jobs(
         job_prefix=True,
         landing_margin=runway.margin if runway is not None else 0.0,
         runway_step=runway.step if runway is not None else None,
+        runway_lookback=runway.limit if runway is not None else 0.0,
     )
     check_plan(None, [sample_worker_argv(recipe)], config.worker_args)
     jobs = WorkerJobs(

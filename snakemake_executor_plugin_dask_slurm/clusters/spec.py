@@ -255,8 +255,10 @@ class WorkerRecipe:
     job_prefix: bool = False
     #: A worker job lands this long before its end (0: it does not land by itself).
     landing_margin: float = 0.0
-    #: The run's runway grid step (None: no runway, see :mod:`..worker.clock`).
+    #: The run's runway grid step (None: no runway, see :mod:`..worker.clock`), and how
+    #: far before a worker's start its runway reaches.
     runway_step: int | None = None
+    runway_lookback: float = 0.0
 
     def worker_options(
         self, nthreads: int, resources: Mapping[str, float], host: str | None = None
@@ -341,7 +343,7 @@ def plan_worker_steps(
     if landing is not None:
         env = (*env, *landing.env())
         if recipe.runway_step:
-            runway = advertised(landing.at, landing.now, recipe.runway_step)
+            runway = advertised(landing.at, landing.now, recipe.runway_step, recipe.runway_lookback)
     steps = []
     for index, group in enumerate(layout.groups):
         resources = group_resources(group, alloc) | runway

@@ -50,6 +50,8 @@ class JobRecord:
     moves: int = 0
     #: The task key the plugin stopped at its worker job's landing (it runs again).
     stopped_at_limit: str | None = None
+    #: The task key this one replaced (a rerun's or a move's), None for the first.
+    previous_key: str | None = None
 
     def __post_init__(self) -> None:
         self.first_key = self.first_key or self.spec.key
@@ -211,6 +213,7 @@ class JobRegistry:
         with self._lock:
             if self.stop_reason:
                 return NotRerun(self.stop_reason)
+            record.previous_key = record.spec.key
             record.spec = spec
             if moved:
                 record.moves += 1

@@ -79,6 +79,8 @@ def previous_key(record: JobRecord) -> str | None:
     """The task key a rerun replaces (:meth:`.registry.JobRecord.next_run`'s naming)."""
     if record.reruns <= 0:
         return None
+    if record.previous_key is not None:  # a move may have come in between
+        return record.previous_key
     return record.first_key if record.reruns == 1 else f"{record.first_key}-r{record.reruns - 1}"
 
 
@@ -138,7 +140,9 @@ class UsageListener(JobListener):
     def handed_over(self, records: Sequence[JobRecord]) -> None:
         for record in records:
             previous = previous_key(record)
-            if previous is not None:
+            if previous is not None and previous == record.stopped_at_limit:
+                self.collector.lost(previous, "stopped at its worker job's time limit; run again")
+            elif previous is not None:
                 self.collector.lost(previous)
             self.collector.handed_over(handover_from_record(record))
 

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from .dispatcher import Dispatcher
-from .landing_policy import Running, after_stop, stop_before
-from .registry import JobRegistry
+from .landing_policy import Durations, Running, after_stop, stop_before
+from .registry import JobRecord, JobRegistry
 
 #: The plugin's detail log (logs/plugin.log): one line per job a landing moved or stopped.
 detail = logging.getLogger("snakemake_executor_plugin_dask_slurm.detail")
@@ -39,8 +39,10 @@ class WorkerJobLanding:
         withdraw: Callable[[list[str], str, list[str] | None], dict[str, float] | None],
         kill: Callable[[list[str]], object],
         addresses: Callable[[Sequence[str]], list[str]],
+        expected: Callable[[JobRecord], float | None] = lambda record: record.expected,
     ):
         self._registry = registry
+        self._expected = expected
         self._withdraw = withdraw
         self._kill = kill
         self._addresses = addresses
@@ -49,15 +51,24 @@ class WorkerJobLanding:
         self.moved = 0
 
     @classmethod
-    def of(cls, registry: JobRegistry, dispatcher: Dispatcher) -> WorkerJobLanding:
-        """The run's, acting through its dispatcher."""
+    def of(
+        cls, registry: JobRegistry, dispatcher: Dispatcher, durations: Durations | None
+    ) -> WorkerJobLanding:
+        """The run's, acting through its dispatcher; a job handed over before its rule's
+        duration was learned is expected to take what ``durations`` now says."""
 
         def withdraw(
             keys: list[str], why: str, workers: list[str] | None
         ) -> dict[str, float] | None:
             return dispatcher.withdraw(keys, move=why, workers=workers)
 
-        return cls(registry, withdraw, dispatcher.kill, dispatcher.addresses)
+        def expected(record: JobRecord) -> float | None:
+            if record.expected is not None or durations is None:
+                return record.expected
+            learned = durations.estimate(record.job.name)
+            return learned[0] if learned is not None else None
+
+        return cls(registry, withdraw, dispatcher.kill, dispatcher.addresses, expected)
 
     def land(
         self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
@@ -74,7 +85,7 @@ class WorkerJobLanding:
         if started is None:  # the workers could not be asked: every job may have started
             started = {key: 0.0 for key in keys}
         running = [
-            Running(record.key, started[record.key] or record.handed_over, record.expected)
+            Running(record.key, started[record.key] or record.handed_over, self._expected(record))
             for record in self._registry.records(list(started))
         ]
         stop = stop_before(running, hard_stop)
@@ -96,7 +107,8 @@ class WorkerJobLanding:
         for record in self._registry.records(keys):
             # Set before the kill: its outcome then finds it (routing: run again).
             record.stopped_at_limit = record.key
-            record.expected = after_stop(record.expected, now - since.get(record.key, now))
+            ran = now - since.get(record.key, now)
+            record.expected = after_stop(self._expected(record), ran)
             detail.info(
                 "%s: stopped at worker job %s's landing (it could not finish before its "
                 "time limit); it runs again elsewhere, expected to take %.0f s",

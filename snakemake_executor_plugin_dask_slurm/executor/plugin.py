@@ -211,7 +211,8 @@ class Executor(RemoteExecutor):
         if placement is not None:  # every worker's clock (docs/architecture.md)
             self._listeners.append(placement)
             failures.placement = placement
-        source.land_worker_jobs_with(WorkerJobLanding.of(self._registry, dispatcher))
+        durations = placement.durations if placement is not None else None
+        source.land_worker_jobs_with(WorkerJobLanding.of(self._registry, dispatcher, durations))
         self._intake = Intake(
             self._builder,
             capacity,

@@ -18,7 +18,11 @@ worker's landing down to it keeps placement on the safe side, by at most two ste
 
 The grid step is chosen once per run (:func:`grid_step`): fine enough for the shortest
 lifetime a worker has (a sixtieth of it), coarse enough that the longest needs at most
-``MAX_POINTS`` points.
+``MAX_POINTS`` points. A worker also advertises the points of one worker-job lifetime
+before its start (jobs handed over earlier, waiting on other workers, may move to it); a
+job that waits for a worker (Dask's ``no-worker`` state) has its point moved on as time
+passes, by the scheduler (:func:`.scheduler_preload.refresh_runway`), so that a worker
+that joins later can take it however long it waited.
 """
 
 from __future__ import annotations
@@ -91,7 +95,8 @@ class Runway:
     #: time its workers take to join and a grid step); None when the run's own workers
     #: take what a worker job cannot (they outlive every worker job that matters).
     fresh: float | None
-    #: The worker jobs' time limit, seconds (for messages).
+    #: The worker jobs' time limit, seconds (for messages, and how far back a worker's
+    #: runway reaches: see :func:`advertised`).
     limit: float
 
     def point(self, at: float) -> int:
@@ -144,12 +149,23 @@ def runway_request(needs: float, now: float, step: int) -> str:
     return f"{RUNWAY_PREFIX}{math.ceil((now + needs) / step) * step}"
 
 
-def advertised(landing_at: float, now: float, step: int) -> dict[str, float]:
+def advertised(landing_at: float, now: float, step: int, lookback: float = 0.0) -> dict[str, float]:
     """The runway a worker started at ``now`` and landing at ``landing_at`` offers: every
-    grid point from ``now`` up to its landing point (at most ``MAX_ADVERTISED``)."""
-    first = math.ceil(now / step)
+    grid point from ``lookback`` seconds before ``now`` up to its landing point (at most
+    ``MAX_ADVERTISED``). The points before its start are those of jobs handed over earlier
+    and still waiting on other workers: it may take them (Dask's stealing), since it lands
+    after them."""
+    first = math.ceil((now - lookback) / step)
     last = min(math.floor(landing_at / step), first + MAX_ADVERTISED - 1)
     return {runway_name(k * step): float(RUNWAY_QUANTITY) for k in range(first, last + 1)}
+
+
+def point_of(name: str) -> int | None:
+    """The grid point a runway resource names (None: not one)."""
+    if not name.startswith(RUNWAY_PREFIX):
+        return None
+    digits = name[len(RUNWAY_PREFIX) :]
+    return int(digits) if digits.isdigit() else None
 
 
 def without_runway(resources: Mapping[str, float]) -> dict[str, float]:

@@ -25,14 +25,21 @@
 - **A worker job lands** (``dask_slurm_land``): its workers leave the running set at once
   (nothing new goes there) and the tasks they hold are named, for the plugin to move
   (not started) or stop (cannot finish); once idle they retire as above.
+- **Tasks waiting for a worker with time for them** (``dask_slurm_runway``, with worker
+  jobs that have a time limit): every 2 s their runway point is moved on with the clock
+  (:func:`refresh_runway`; see :mod:`.clock`).
 - **A joining worker gets work at once**: stealing runs for it 50 and 300 ms after it
   joins, not only at Dask's next stealing round (every second).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from typing import Any
+
+from .clock import RUNWAY_PREFIX, point_of
 
 #: How often the scheduler checks on its owner, in milliseconds.
 CHECK_INTERVAL_MS = 1000
@@ -57,6 +64,9 @@ def close_workers(scheduler: Any) -> list[str]:
 LOAD_HANDLER = "dask_slurm_load"
 RETIRE_IDLE_HANDLER = "dask_slurm_retire_idle"
 LAND_HANDLER = "dask_slurm_land"
+RUNWAY_HANDLER = "dask_slurm_runway"
+#: How often (ms) the runway of tasks waiting for a worker is moved on.
+RUNWAY_REFRESH_MS = 2000
 
 
 def _cpus(ts: Any) -> float:
@@ -108,6 +118,58 @@ def land(scheduler: Any, names: list[str]) -> dict[str, list[str]]:
     return held
 
 
+def refresh_runway(scheduler: Any, step: int, needs: dict[str, float], now: float) -> list[str]:
+    """Tasks that wait for a worker with the time they need (``no-worker``) ask for the
+    runway from ``now`` on, not from when they were handed over: a worker job that joins
+    after a long queue wait can take them, and one that joins sooner takes only those that
+    fit. ``needs`` (kept between calls) is each task's seconds needed, as first seen: its
+    runway point less when it began to wait. The keys of the tasks a running worker can
+    now take, which go to it."""
+    seen: dict[str, float] = {}
+    recommendations: dict[str, str] = {}
+    wall = now - time.monotonic()
+    for ts, since in list(scheduler.unrunnable.items()):
+        restrictions = ts.resource_restrictions or {}
+        name = next((n for n in restrictions if n.startswith(RUNWAY_PREFIX)), None)
+        point = point_of(name) if name is not None else None
+        if name is None or point is None:
+            continue
+        key = str(ts.key)
+        need = needs.get(key)
+        if need is None:
+            need = max(0.0, point - (since + wall))
+        seen[key] = need
+        fresh = math.ceil((now + need) / step) * step
+        if fresh <= point:
+            continue
+        moved = {n: v for n, v in restrictions.items() if n != name}
+        moved[f"{RUNWAY_PREFIX}{fresh}"] = restrictions[name]
+        ts.resource_restrictions = moved
+        if scheduler.valid_workers(ts):
+            recommendations[ts.key] = "processing"
+    needs.clear()
+    needs.update(seen)
+    if recommendations:
+        scheduler.transitions(recommendations, stimulus_id=f"dask-slurm-runway-{now}")
+    return [str(key) for key in recommendations]
+
+
+def start_runway(scheduler: Any, step: int) -> None:
+    """Move the runway of waiting tasks on every ``RUNWAY_REFRESH_MS`` (once per run)."""
+    if getattr(scheduler, "_dask_slurm_runway", None) is not None:
+        return
+    from tornado.ioloop import PeriodicCallback
+
+    needs: dict[str, float] = {}
+
+    def refresh() -> None:
+        refresh_runway(scheduler, step, needs, time.time())
+
+    callback = PeriodicCallback(refresh, RUNWAY_REFRESH_MS)
+    scheduler._dask_slurm_runway = callback
+    callback.start()
+
+
 #: Seconds after a worker joins at which work is stolen for it (Dask's own stealing runs
 #: every ``work-stealing-interval``, 1 s by default).
 BALANCE_DELAYS = (0.05, 0.3)
@@ -136,6 +198,7 @@ def dask_setup(scheduler: Any) -> None:
     scheduler.handlers[LOAD_HANDLER] = lambda: load(scheduler)
     scheduler.handlers[RETIRE_IDLE_HANDLER] = lambda names: retire_idle(scheduler, names)
     scheduler.handlers[LAND_HANDLER] = lambda names: land(scheduler, names)
+    scheduler.handlers[RUNWAY_HANDLER] = lambda step: start_runway(scheduler, int(step))
     balance_on_arrival(scheduler)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:

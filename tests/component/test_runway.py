@@ -16,6 +16,7 @@ from snakemake_executor_plugin_dask_slurm.worker.scheduler_preload import (
     LAND_HANDLER,
     LOAD_HANDLER,
     dask_setup,
+    refresh_runway,
 )
 from tests.component.conftest import in_process_dask
 from tests.waiting import eventually
@@ -33,8 +34,12 @@ def call(client: Client, handler: str, **kwargs: Any) -> Any:
     return c.sync(getattr(c.scheduler, handler), **kwargs)
 
 
-def add_worker(client: Client, address: str, name: str, landing_in: float) -> Worker:
-    now = time.time()
+def add_worker(
+    client: Client, address: str, name: str, landing_in: float, later: float = 0.0
+) -> Worker:
+    """A worker landing ``landing_in`` seconds after it starts, ``later`` seconds from now
+    (its runway as if it started then)."""
+    now = time.time() + later
     resources = {"cpus": 2.0, **advertised(now + landing_in, now, STEP)}
 
     async def start() -> Worker:
@@ -78,3 +83,25 @@ def test_dask_places_by_time_left_and_keeps_what_fits_nowhere_for_a_new_worker()
         client.cancel([again])
         for worker in workers:
             client.sync(worker.close)
+
+
+def test_a_task_waiting_for_a_worker_asks_for_time_from_now_on() -> None:
+    """A task that fits no worker waits; a worker job that joins much later (its runway
+    starting there) can still take it once the scheduler moved its point on."""
+    with in_process_dask(n_workers=0) as (cluster, client):
+        far = submit(client, 50.0)  # no worker at all: it waits
+        eventually("waiting", lambda: client.run_on_scheduler(
+            lambda dask_scheduler: len(dask_scheduler.unrunnable)) == 1, 10)  # fmt: skip
+        # A worker job that starts 100 s from now and lands 400 s later: its runway begins
+        # after the task's point (handed over now, 50 s needed): it cannot take it as is.
+        worker = add_worker(client, cluster.scheduler_address, "later", 400.0, later=100.0)
+        time.sleep(0.5)
+        assert far.status == "pending"
+        needs: dict[str, float] = {}
+
+        def refresh(dask_scheduler: Any) -> list[str]:  # as the preload does, 100 s on
+            return refresh_runway(dask_scheduler, STEP, needs, time.time() + 100.0)
+
+        assert client.run_on_scheduler(refresh) == [far.key]
+        assert far.result(timeout=20) == "later"
+        client.sync(worker.close)

@@ -69,7 +69,12 @@ from ...slurm.run import (
 )
 from ...slurm.states import GONE, Phase, phase
 from ...worker.clock import Runway, scaled_margins
-from ...worker.scheduler_preload import LAND_HANDLER, LOAD_HANDLER, RETIRE_IDLE_HANDLER
+from ...worker.scheduler_preload import (
+    LAND_HANDLER,
+    LOAD_HANDLER,
+    RETIRE_IDLE_HANDLER,
+    RUNWAY_HANDLER,
+)
 from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
 from ..spec import WorkerRecipe
@@ -346,6 +351,8 @@ class WorkerJobs:
             return client.sync(method, callback_timeout=RPC_TIMEOUT, **kwargs)
 
         self.call_scheduler = call
+        if self.runway is not None:  # tasks waiting for a worker ask for time from now on
+            call(RUNWAY_HANDLER, step=self.runway.step)
         self._thread = threading.Thread(target=self._run, name="dask-slurm-growth", daemon=True)
         self._thread.start()
 
