@@ -295,3 +295,55 @@ def test_no_worker_job_outlives_a_stopped_or_killed_snakemake(
             assert time.monotonic() - began < 20
     finally:
         kill(proc, slurm_cluster)
+
+
+@pytest.mark.timeout(420)
+def test_a_farm_longer_than_its_worker_jobs_limit_completes_as_they_come_and_go(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """From the login side, on worker jobs of --time=2 (each lands 30 s before its end):
+    a farm of about three minutes completes; each worker job lands and is replaced in
+    time; no job is killed by SLURM's time limit, none is stopped at a worker job's limit
+    (its rule's duration is learned long before the first landing); every output whole;
+    nothing left in squeue; the summary's counts match what was said."""
+    workdir = write_farm(tmp_path)
+    argv = snakemake_argv(
+        "--dask-slurm-cluster", "sbatch", "--dask-slurm-worker-jobs", "2",
+        "--dask-slurm-worker-job-cpus", "4", "--dask-slurm-worker-job-time", "2",
+        "--config", "count=120", "seconds=10", "tail=0",
+    )  # fmt: skip
+    out = finish(start(slurm_cluster, workdir, no_leftovers, argv), slurm_cluster, 400)
+    assert "worker jobs have 120 s each: each lands 30 s before its end" in out, out
+    check_outputs(workdir, 120, 10)
+    submitted = re.findall(r"submitted worker job\(s\) ([\d, ]+) \(", out)
+    replaced = re.findall(r"worker job (\d+) to replace (\d+)", out)
+    landed = re.findall(
+        r"worker job (\d+) lands, \d+ s before its time limit: .* (\d+) that could not are "
+        r"stopped .*, (\d+) not started go to other workers",
+        out,
+    )
+    assert replaced and landed, out
+    # Every job that landed had its successor before it landed.
+    assert {old for _, old in replaced} >= {job for job, _, _ in landed}, out
+    ids = [i.strip() for ids in submitted for i in ids.split(",")] + [new for new, _ in replaced]
+    summary = re.search(
+        r"worker jobs: (\d+) submitted, (\d+) ran, for \d+ node-minute\(s\) in all \((.*)\)"
+        r".*; (\d+) job\(s\) stopped at a worker job's time limit \(run again elsewhere\), "
+        r"(\d+) moved unstarted off landing ones",
+        out,
+    )
+    assert summary, out
+    assert int(summary[1]) == int(summary[2]) == len(ids), (ids, out)
+    assert f"{len(landed)} landed" in summary[3], out
+    assert int(summary[4]) == sum(int(s) for _, s, _ in landed) == 0, out
+    assert int(summary[5]) == sum(int(m) for _, _, m in landed), out
+    # Every stop was the plugin's: no worker job ended under the run (its time limit),
+    # none was cancelled at its end, and SLURM never signalled one.
+    assert "ended under the run" not in out and "timeout" not in summary[3], out
+    assert "before its time limit: cancelled" not in out, out
+    logs = workdir / ".snakemake/dask-slurm/logs"
+    for job_id in ids:
+        said = (logs / f"worker-job-{job_id}.out").read_text()
+        assert "DUE TO TIME LIMIT" not in said and "CANCELLED" not in said, said
+    assert "Removing output files" not in out, out
+    assert not our_jobs(slurm_cluster), our_jobs(slurm_cluster)

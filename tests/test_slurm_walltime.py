@@ -157,3 +157,59 @@ def test_sigusr1_lands_the_run_at_once(
     assert proc.returncode != 0
     check_outputs(tmp_path, None)
     check_clean(tmp_path)
+
+
+# 12 s each, with no runtime: learned from the first ones.
+DEEP_QUEUE = r"""
+rule all:
+    input: expand("out/{i}.txt", i=range(300))
+
+rule task:
+    output: "out/{i}.txt"
+    params: token=config["token"]
+    shell:
+        'echo "start {wildcards.i} $(date +%s.%N)" >> events.log; sleep 12; '
+        'echo done > {output}; echo "end {wildcards.i} $(date +%s.%N)" >> events.log '
+        '# {params.token}'
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_landing_with_a_deep_queue_ends_as_soon_as_its_started_jobs_are_done(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """Far more jobs than CPUs (300 of 12 s on 16 CPUs, 2 minutes): at the landing point
+    what waits on the workers is taken back, and Snakemake ends as soon as the started
+    jobs are done, well before the hard stop; no started job is cut."""
+    (tmp_path / "Snakefile").write_text(DEEP_QUEUE)
+    script = (
+        "#!/bin/bash\n"
+        f"cd {tmp_path}\n"
+        "date +%s.%N > began\n"
+        f"export DASK_SLURM_TEST_TOKEN={no_leftovers}\n"
+        f"{VENV_BIN / 'snakemake'} --executor dask-slurm --jobs 400 "
+        f"--config token={no_leftovers}\n"
+        "code=$?; date +%s.%N > ended; exit $code\n"
+    )
+    result = slurm_cluster.sbatch_and_wait(script, ["-N3", "--exclusive", "--time=2"], timeout=200)
+    out = result.output
+    assert result.state == "FAILED", (result.state, out)  # Snakemake's exit: landed
+    assert "SIGTERM" not in out and "revoked" not in out and "CANCELLED" not in out, out
+    began = float((tmp_path / "began").read_text())
+    ended = float((tmp_path / "ended").read_text())
+    events = [line.split() for line in (tmp_path / "events.log").read_text().splitlines()]
+    starts = {e[1] for e in events if e[0] == "start"}
+    ends = {e[1]: float(e[2]) for e in events if e[0] == "end"}
+    assert starts == set(ends), f"started jobs cut: {starts - set(ends)}"
+    # The allocation ends 120 s after it began (the script starts within a second); the
+    # run lands 30 s before, its hard stop is 15 s before the end.
+    assert ended - max(ends.values()) < 6.0, (ended - max(ends.values()), out)
+    assert ended - began < 120 - 15 - 5, (ended - began, out)
+    summary = re.search(r"the run landed before the allocation's time limit: (\d+) job\(s\) "
+                        r"finished in this allocation", out)  # fmt: skip
+    assert summary and int(summary[1]) == len(ends), out
+    assert "started job(s) stopped" not in summary.string[summary.end() :].split("\n")[0], out
+    for i in ends:
+        assert (tmp_path / f"out/{i}.txt").read_text() == "done\n"
+    assert len(list((tmp_path / "out").iterdir())) == len(ends)
+    check_clean(tmp_path)

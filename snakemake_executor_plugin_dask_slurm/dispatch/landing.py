@@ -275,7 +275,7 @@ class AllocationClock(JobListener):
         if started is None:  # the workers could not be asked: every job may have started
             started = {key: 0.0 for key in keys}
         running = [
-            Running(key, started[key] or record.handed_over, record.expected)
+            Running(key, started[key] or record.handed_over, self._expected(record))
             for record in self._registry.records(list(started))
             if (key := record.key)
         ]
@@ -288,6 +288,14 @@ class AllocationClock(JobListener):
         self._warn(landing_line(why + ends, len(running) - len(stop), len(stop), rules, waiting))
         self._exit_gracefully()
         self._stop_jobs(stop)
+
+    def _expected(self, record: JobRecord) -> float | None:
+        """How long ``record``'s job is expected to take: as when it was handed over, else
+        what its rule's jobs have taken since (it was handed over before that was known)."""
+        if record.expected is not None:
+            return record.expected
+        learned = self.durations.estimate(record.job.name)
+        return learned[0] if learned is not None else None
 
     def _hard_stop(self, why: str) -> None:
         keys = self._registry.keys()
