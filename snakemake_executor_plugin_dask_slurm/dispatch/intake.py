@@ -7,7 +7,6 @@ for its request, one capacity check, and the builder's per-rule cached decision.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ class Intake:
         placement = self.placement
         now = time.time()
         expected: dict[str, float | None] = {}
+        needs: dict[str, float | None] = {}
         for job in jobs:
             key = self.key_of(job)
             info = SubmittedJobInfo(job, external_jobid=key)
@@ -61,6 +61,7 @@ class Intake:
                     refused.append((info, late + "\n"))
                     continue
                 expected[key] = seconds
+                needs[key] = placement.needs(seconds)  # what its worker checks at its start
                 runway = placement.runway_name(seconds, now)
                 if runway is not None:
                     request[runway] = 1.0
@@ -68,17 +69,15 @@ class Intake:
                 self._capped_rules.add(job.name)
                 self.note(capped_message(job, asked, capped, self.capacity))
             admitted.append((info, request))
-        built = self.builder.build_many([(info.job, info.external_jobid) for info, _ in admitted])
+        keys = [(info.job, info.external_jobid) for info, _ in admitted]
+        built = self.builder.build_many(keys, needs)
         records: list[JobRecord] = []
         for (info, request), item in zip(admitted, built, strict=True):
             if isinstance(item, Exception):
                 refused.append((info, f"{job_label(info.job)} could not be prepared: {item}\n"))
                 continue
             spec, way = item
-            seconds = expected.get(spec.key)
-            if placement is not None:  # what the worker checks before it starts the job
-                spec = dataclasses.replace(spec, needs=placement.needs(seconds))
             # spec and request: to run it again if its worker dies under it; when and how
             # long expected: for the landing
-            records.append(JobRecord(info, spec, request, way, now, seconds))
+            records.append(JobRecord(info, spec, request, way, now, expected.get(spec.key)))
         return records, refused

@@ -345,14 +345,17 @@ class JobCommandBuilder:
             self._rule_blockers[name] = found
         return found
 
-    def build_many(self, jobs: Sequence[tuple[Any, str]]) -> list[Built]:
+    def build_many(
+        self, jobs: Sequence[tuple[Any, str]], needs: Mapping[str, float | None] | None = None
+    ) -> list[Built]:
         """Build each (job, key); the direct way's jobs are prepared together, in one
-        event-loop run (``job.prepare()`` is a coroutine)."""
+        event-loop run (``job.prepare()`` is a coroutine). ``needs``: by key, what each
+        task needs before its worker's landing point (:attr:`..worker.wire.TaskSpec.needs`)."""
         built: list[Built] = []
         to_prepare: list[tuple[int, Any]] = []
         for job, key in jobs:
             try:
-                item = self._draft(job, key)
+                item = self._draft(job, key, needs.get(key) if needs else None)
             except Exception as e:
                 built.append(e)
                 continue
@@ -366,10 +369,10 @@ class JobCommandBuilder:
                     built[index] = error if isinstance(error, Exception) else RuntimeError(error)
         return built
 
-    def _draft(self, job: Any, key: str) -> tuple[TaskSpec, str]:
+    def _draft(self, job: Any, key: str, needs: float | None = None) -> tuple[TaskSpec, str]:
         """The spec and way of ``job``, before a direct-way job is prepared."""
         if not self.direct_blockers(job):
-            spec = self._direct(job, key)
+            spec = self._direct(job, key, needs)
             if spec is not None:
                 return spec, "direct"
         changed = target_spec_survives(job)
@@ -387,7 +390,7 @@ class JobCommandBuilder:
         spec = TaskSpec(
             key, argv, self.workdir, self._base_env, self.log_path(job), None, job.priority,
             warm=warm if isinstance(warm, WarmSpec) else None,
-            cold=warm if isinstance(warm, str) else None,
+            cold=warm if isinstance(warm, str) else None, needs=needs,
         )  # fmt: skip
         return spec, "general"
 
@@ -401,7 +404,7 @@ class JobCommandBuilder:
         reason = self._deployment[rules]
         return reason if reason else warm_spec(command, job.is_group(), self._warm_log_dir)
 
-    def _direct(self, job: Any, key: str) -> TaskSpec | None:
+    def _direct(self, job: Any, key: str, needs: float | None = None) -> TaskSpec | None:
         """The direct way's spec, or None when this job must go the general way."""
         try:
             command = shell_command(job)
@@ -414,7 +417,8 @@ class JobCommandBuilder:
         if env is None:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
         argv = shell_argv(command, self._shell)
-        return TaskSpec(key, argv, self.workdir, env, self.log_path(job), tmpdir, job.priority)
+        log = self.log_path(job)
+        return TaskSpec(key, argv, self.workdir, env, log, tmpdir, job.priority, needs=needs)
 
 
 def _shell_list(flag: str, values: Sequence[Any]) -> str:
