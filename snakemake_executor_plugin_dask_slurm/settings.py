@@ -189,7 +189,9 @@ class ExecutorSettings(ExecutorSettingsBase):
             "the run lands (no new jobs; running jobs that cannot finish are stopped and "
             "their outputs removed; Snakemake ends normally, so the same command continues "
             "in a new allocation). Covers SLURM's KillWait (30 s by default). At most a "
-            "quarter of the time left at start. 0: do not watch the clock.",
+            "quarter of the time left at start. Worker jobs land the same way before their "
+            "own time limits (their jobs that cannot finish run again elsewhere). 0: do not "
+            "watch the clock.",
             "env_var": True,
         },
     )
@@ -228,9 +230,11 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=None,
         metadata={
             "help": "Grow the farm with worker jobs: at most this many sbatch jobs at once "
-            "(pending and running), each starting Dask workers on its nodes that join this "
-            "run's scheduler, submitted while jobs wait for CPUs and retired when idle. "
-            "Default: 0 (off) inside an allocation, 4 with --dask-slurm-cluster sbatch.",
+            "(pending and running; a worker job about to reach its time limit no longer "
+            "counts once its successor is queued), each starting Dask workers on its nodes "
+            "that join this run's scheduler, submitted while jobs wait for CPUs and retired "
+            "when idle. Default: 0 (off) inside an allocation, 4 with --dask-slurm-cluster "
+            "sbatch.",
             "env_var": True,
         },
     )
@@ -248,7 +252,9 @@ class ExecutorSettings(ExecutorSettingsBase):
     worker_job_time: Optional[str] = field(
         default=None,
         metadata={
-            "help": "Time limit of a worker job, in sbatch's format (e.g. 1:00:00). "
+            "help": "Time limit of a worker job, in sbatch's format (e.g. 1:00:00). Each "
+            "worker job lands before it (--dask-slurm-landing-margin, at most a quarter of "
+            "it) and is replaced in time; a job goes only to workers with time left for it. "
             "Default: the partition's.",
             "env_var": True,
         },
