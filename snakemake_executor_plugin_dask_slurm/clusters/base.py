@@ -131,10 +131,10 @@ class ClusterSource(ABC):
         different times (None: they do not, or none has a known end)."""
         return None
 
-    def land_worker_jobs_with(self, landings: Any) -> None:
+    def land_worker_jobs_with(self, landings: Any) -> bool:
         """What to do with the jobs on a worker job that lands (see
-        :class:`.worker_jobs.pool.Landings`); nothing for a source without worker jobs."""
-        return None
+        :class:`.worker_jobs.pool.Landings`); False for a source without worker jobs."""
+        return False
 
 
 def _host_port(address: str) -> tuple[str, int] | None:

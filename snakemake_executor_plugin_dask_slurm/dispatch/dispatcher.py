@@ -231,11 +231,6 @@ class Dispatcher:
             )
         self._listeners.workers_seen(workers)
 
-    def addresses(self, names: Sequence[str]) -> list[str]:
-        """The addresses of the live workers called ``names``."""
-        wanted = set(names)
-        return [address for address, (name, _) in list(self._workers.items()) if name in wanted]
-
     @property
     def worker_count(self) -> int:
         return len(self._workers)
@@ -267,22 +262,18 @@ class Dispatcher:
         logger.debug("killed on workers: %s", killed)
         return {key for answer in killed.values() if isinstance(answer, list) for key in answer}
 
-    def withdraw(
-        self, keys: list[str], move: str | None = None, workers: list[str] | None = None
-    ) -> dict[str, float] | None:
+    def withdraw(self, keys: list[str], move: str | None = None) -> dict[str, float] | None:
         """Of ``keys``, return those running on some worker (with when each started); take
         every other one back (it never starts: cancelled on the scheduler, finished here as
-        withdrawn, or, with ``move`` (why), as to go elsewhere). ``workers``: the addresses
-        to ask (None: every worker). None, withdrawing nothing, when the workers could not
-        be asked."""
+        withdrawn, or, with ``move`` (why), as to go elsewhere). None, withdrawing nothing,
+        when the workers could not be asked."""
         if not keys:
             return {}
         client: Any = self.client
         try:
             answers = client.sync(
-                client._run, withdraw_tasks, keys, workers=workers, on_error="ignore",
-                callback_timeout=KILL_TIMEOUT,
-            )  # fmt: skip
+                client._run, withdraw_tasks, keys, on_error="ignore", callback_timeout=KILL_TIMEOUT
+            )
         except Exception as e:  # the workers may be gone; the caller stops what runs
             logger.debug("withdraw request failed: %s", e)
             return None

@@ -169,8 +169,8 @@ def duration_text(seconds: float) -> str:
 
 
 def refusal_message(label: str, expected: Expected, now: float, clock: AllocationEnd) -> str:
-    """Why a job is not started: it cannot finish in the time left."""
-    assert expected.seconds is not None
+    """Why a job is not started: it cannot finish in the time left (``expected`` is
+    unknown only once the landing point has passed)."""
     left = clock.landing_at - now
     if left <= 0:
         return (
@@ -178,6 +178,7 @@ def refusal_message(label: str, expected: Expected, now: float, clock: Allocatio
             f"limit (it ends in {duration_text(clock.end - now)}). Run again in a new "
             "allocation and Snakemake continues from here."
         )
+    assert expected.seconds is not None
     return (
         f"{label} was not started: it needs about {duration_text(expected.seconds)} "
         f"({expected.source}), but the allocation ends in {duration_text(clock.end - now)} "

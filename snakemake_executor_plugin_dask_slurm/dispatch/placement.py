@@ -125,11 +125,7 @@ class Placement(JobListener):
             else "what it is expected to take"
         )
         end = self.clock.watch.clock if self.clock is not None else None
-        if (
-            end is not None
-            and expected is not None
-            and not fits(expected, now, end.landing_at, end.safety)
-        ):
+        if end is not None and not fits(expected, now, end.landing_at, end.safety):
             assert self.clock is not None
             return self.clock.refusal(record.job, record.key, Expected(expected, source), now, end)
         runway = self.runway

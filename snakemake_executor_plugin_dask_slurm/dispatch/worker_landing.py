@@ -24,64 +24,72 @@ from collections.abc import Callable, Sequence
 
 from .dispatcher import Dispatcher
 from .landing_policy import Durations, Running, after_stop, stop_before
+from .listeners import JobListener
+from .outcomes import Finished
 from .registry import JobRecord, JobRegistry
 
 #: The plugin's detail log (logs/plugin.log): one line per job a landing moved or stopped.
 detail = logging.getLogger("snakemake_executor_plugin_dask_slurm.detail")
 
 
-class WorkerJobLanding:
+class WorkerJobLanding(JobListener):
     """What a worker job's landing does to the jobs on its workers."""
 
     def __init__(
         self,
         registry: JobRegistry,
-        withdraw: Callable[[list[str], str, list[str] | None], dict[str, float] | None],
+        withdraw: Callable[[list[str], str], dict[str, float] | None],
         kill: Callable[[list[str]], object],
-        addresses: Callable[[Sequence[str]], list[str]],
         expected: Callable[[JobRecord], float | None] = lambda record: record.expected,
     ):
         self._registry = registry
         self._expected = expected
         self._withdraw = withdraw
         self._kill = kill
-        self._addresses = addresses
         #: Jobs stopped at a worker job's limit, and moved off a landing worker job.
-        self.stopped = 0
-        self.moved = 0
+        self.jobs_stopped = 0
+        self.jobs_moved = 0
+        #: The rules' durations this learns itself (see :meth:`of`), if any.
+        self.learning: Durations | None = None
 
     @classmethod
     def of(
         cls, registry: JobRegistry, dispatcher: Dispatcher, durations: Durations | None
     ) -> WorkerJobLanding:
         """The run's, acting through its dispatcher; a job handed over before its rule's
-        duration was learned is expected to take what ``durations`` now says."""
+        duration was learned is expected to take what ``durations`` now says (None: the
+        run places by no clock; then this learns them itself, as a listener)."""
 
-        def withdraw(
-            keys: list[str], why: str, workers: list[str] | None
-        ) -> dict[str, float] | None:
-            return dispatcher.withdraw(keys, move=why, workers=workers)
+        def withdraw(keys: list[str], why: str) -> dict[str, float] | None:
+            return dispatcher.withdraw(keys, move=why)
+
+        learned = durations if durations is not None else Durations()
 
         def expected(record: JobRecord) -> float | None:
-            if record.expected is not None or durations is None:
+            if record.expected is not None:
                 return record.expected
-            learned = durations.estimate(record.job.name)
-            return learned[0] if learned is not None else None
+            estimate = learned.estimate(record.job.name)
+            return estimate[0] if estimate is not None else None
 
-        return cls(registry, withdraw, dispatcher.kill, dispatcher.addresses, expected)
+        landing = cls(registry, withdraw, dispatcher.kill, expected)
+        landing.learning = learned if durations is None else None
+        return landing
 
-    def land(
-        self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
-    ) -> tuple[int, int, int]:
-        """The jobs ``keys`` held by worker job ``job_id``'s workers ``names`` when it
-        lands: ``(started jobs going on, started jobs stopped, jobs moved unstarted)``."""
+    def ended(self, record: JobRecord, finished: Finished) -> None:
+        """What a job that succeeded took, when nothing else of the run learns it."""
+        if self.learning is not None and finished.ok and finished.seconds is not None:
+            self.learning.add(record.job.name, finished.seconds)
+
+    def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
+        """The jobs ``keys`` held by worker job ``job_id``'s workers when it lands:
+        ``(started jobs going on, started jobs stopped, jobs moved unstarted)``."""
         keys = [key for key in keys if self._registry.get(key) is not None]
         if not keys:
             return 0, 0, 0
         why = f"not started: its worker job {job_id} is landing before its time limit"
-        # Unknown addresses: ask every worker (never take a running job for a waiting one).
-        addresses = self._addresses(names) or None
-        started = self._withdraw(keys, why, addresses)
+        # Every worker is asked: a job stolen from these meanwhile may run elsewhere, and a
+        # running job must never be taken for a waiting one (a second copy).
+        started = self._withdraw(keys, why)
         if started is None:  # the workers could not be asked: every job may have started
             started = {key: 0.0 for key in keys}
         running = [
@@ -91,7 +99,7 @@ class WorkerJobLanding:
         stop = stop_before(running, hard_stop)
         self._stop(job_id, stop, {job.key: job.since for job in running})
         moved = len(keys) - len(started)
-        self.moved += moved
+        self.jobs_moved += moved
         return len(running) - len(stop), len(stop), moved
 
     def stop(self, job_id: str, keys: Sequence[str]) -> int:
@@ -114,5 +122,5 @@ class WorkerJobLanding:
                 "time limit); it runs again elsewhere, expected to take %.0f s",
                 record.key, job_id, record.expected,
             )  # fmt: skip
-        self.stopped += len(keys)
+        self.jobs_stopped += len(keys)
         self._kill(keys)

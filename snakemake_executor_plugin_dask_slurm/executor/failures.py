@@ -87,8 +87,6 @@ class Failures:
         self.detail_log = detail_log
         #: Where a job handed over again may go, by time (None: anywhere).
         self.placement = placement
-        #: Jobs handed over again because they could not start where they were in time.
-        self.moved = 0
         self.recovery = Recovery(
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
@@ -324,7 +322,6 @@ class Failures:
             if self.registry.get(finished.key) is not None:
                 self._fail(finished)  # the run stops meanwhile: told with its stop
             return
-        self.moved += 1
         detail.info("%s %s; handed over again", finished.key, finished.problem)
         self._hand_over_again(record, moved=True)
 

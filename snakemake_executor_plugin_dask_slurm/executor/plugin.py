@@ -212,7 +212,9 @@ class Executor(RemoteExecutor):
             self._listeners.append(placement)
             failures.placement = placement
         durations = placement.durations if placement is not None else None
-        source.land_worker_jobs_with(WorkerJobLanding.of(self._registry, dispatcher, durations))
+        landing = WorkerJobLanding.of(self._registry, dispatcher, durations)
+        if source.land_worker_jobs_with(landing) and landing.learning is not None:
+            self._listeners.append(landing)  # worker jobs land, and nothing else learns
         self._intake = Intake(
             self._builder,
             capacity,

@@ -89,13 +89,11 @@ class Run:
 
     def __init__(self, started: dict[str, float] | None) -> None:
         self.started = started
-        self.withdrawn: list[tuple[list[str], str, list[str] | None]] = []
+        self.withdrawn: list[tuple[list[str], str]] = []
         self.killed: list[list[str]] = []
 
-    def withdraw(
-        self, keys: list[str], why: str, workers: list[str] | None
-    ) -> dict[str, float] | None:
-        self.withdrawn.append((keys, why, workers))
+    def withdraw(self, keys: list[str], why: str) -> dict[str, float] | None:
+        self.withdrawn.append((keys, why))
         if self.started is None:
             return None
         return {k: v for k, v in self.started.items() if k in keys}
@@ -117,33 +115,29 @@ def test_a_landing_moves_what_waits_stops_what_cannot_finish_and_lets_the_rest_g
     def expected(r: JobRecord) -> float | None:
         return 5.0 if r.job.name == "learned" else r.expected
 
-    landing = WorkerJobLanding(
-        registry, run.withdraw, run.killed.append, lambda names: ["tls://n1:1"], expected
-    )
+    landing = WorkerJobLanding(registry, run.withdraw, run.killed.append, expected)
     keys = [r.key for r in records] + ["gone-1"]  # one no longer registered: left alone
-    assert landing.land("42", ["j42-n1"], keys, now + 20) == (2, 2, 1)
+    assert landing.land("42", keys, now + 20) == (2, 2, 1)
     assert run.withdrawn == [
         (
             [r.key for r in records],
             "not started: its worker job 42 is landing before its time limit",
-            ["tls://n1:1"],
         )
     ]
     assert run.killed == [["slow-1", "unknown-1"]]
     slow, unknown = registry.records(["slow-1", "unknown-1"])
     assert slow.stopped_at_limit == "slow-1" and unknown.stopped_at_limit == "unknown-1"
     assert slow.expected == 60.0 and unknown.expected == pytest.approx(15.0, abs=0.5)
-    assert landing.stopped == 2 and landing.moved == 1
+    assert landing.jobs_stopped == 2 and landing.jobs_moved == 1
     # The hard stop: what still runs there is stopped alike.
     assert landing.stop("42", ["quick-1", "gone-1"]) == 1
-    assert run.killed[-1] == ["quick-1"] and landing.stopped == 3
+    assert run.killed[-1] == ["quick-1"] and landing.jobs_stopped == 3
 
 
 def test_workers_that_cannot_be_asked_leave_every_job_counted_as_started() -> None:
     registry = JobRegistry()
     registry.hand_over([record("a-1", 1.0)], lambda info: None, lambda tasks: None)
     run = Run(None)
-    landing = WorkerJobLanding(registry, run.withdraw, run.killed.append, lambda names: [])
-    far = time.time() + 1000
-    assert landing.land("7", ["j7-n1"], ["a-1"], far) == (1, 0, 0)
-    assert run.withdrawn[0][2] is None  # addresses unknown: every worker is asked
+    landing = WorkerJobLanding(registry, run.withdraw, run.killed.append)
+    assert landing.land("7", ["a-1"], time.time() + 1000) == (1, 0, 0)
+    assert run.killed == []

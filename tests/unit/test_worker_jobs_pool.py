@@ -34,13 +34,11 @@ class Landings:
     """The run's side of a landing: what it was asked to do, and its answers."""
 
     def __init__(self) -> None:
-        self.landed: list[tuple[str, list[str], list[str], float]] = []
+        self.landed: list[tuple[str, list[str], float]] = []
         self.stopped: list[tuple[str, list[str]]] = []
 
-    def land(
-        self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
-    ) -> tuple[int, int, int]:
-        self.landed.append((job_id, list(names), list(keys), hard_stop))
+    def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
+        self.landed.append((job_id, list(keys), hard_stop))
         return 1, 1, len(keys) - 2  # one goes on, one stopped, the rest moved
 
     def stop(self, job_id: str, keys: Sequence[str]) -> int:
@@ -256,9 +254,7 @@ def test_a_worker_job_lands_before_its_limit_and_its_successor_comes_in_time(
     assert pool.landings.landed == [] and pool.scheduler.landed == []
     pool.tick(end - 30)  # the landing point
     assert pool.scheduler.landed == [["j100-n1"]]
-    assert pool.landings.landed == [
-        ("100", ["j100-n1"], ["run-1", "run-2", "wait-1", "wait-2"], T0 + end - 15)
-    ]
+    assert pool.landings.landed == [("100", ["run-1", "run-2", "wait-1", "wait-2"], T0 + end - 15)]
     assert pool.jobs.jobs["100"].action is Action.LANDED
     assert pool.said[-1] == (
         "worker job 100 lands, 30 s before its time limit: no job starts there any more; 1 "

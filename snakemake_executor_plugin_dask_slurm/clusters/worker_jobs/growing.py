@@ -118,8 +118,9 @@ class GrowingCluster(ClusterSource):
     def runway(self) -> Runway | None:
         return self.pool.runway
 
-    def land_worker_jobs_with(self, landings: Landings) -> None:
+    def land_worker_jobs_with(self, landings: Landings) -> bool:
         self.pool.landings = landings
+        return True
 
     def closing_lines(self) -> list[str]:
         line = self.pool.summary()

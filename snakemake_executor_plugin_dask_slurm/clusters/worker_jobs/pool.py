@@ -140,9 +140,7 @@ class Landings(Protocol):
     """What the run does with the jobs on a landing worker job's workers (the dispatch
     side: :class:`...dispatch.worker_landing.WorkerJobLanding`)."""
 
-    def land(
-        self, job_id: str, names: Sequence[str], keys: Sequence[str], hard_stop: float
-    ) -> tuple[int, int, int]:
+    def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
         """Move what has not started, stop what cannot finish by ``hard_stop``: (going
         on, stopped, moved)."""
 
@@ -591,23 +589,22 @@ class WorkerJobs:
                     "time limit: cancelled (its workers' supervisors end what runs there)"
                 )
 
-    def _held(self, job: TrackedJob, why: str) -> tuple[list[str], list[str]]:
-        """Its workers' names and the tasks they hold, once they are out of the running
-        set (nothing new goes to them)."""
-        names = sorted(job.workers)
+    def _held(self, job: TrackedJob, why: str) -> list[str]:
+        """The tasks its workers hold, once they are out of the running set (nothing new
+        goes to them)."""
         assert self.call_scheduler is not None
-        held: Mapping[str, list[str]] = self.call_scheduler(LAND_HANDLER, names=names)
+        held: Mapping[str, list[str]] = self.call_scheduler(LAND_HANDLER, names=sorted(job.workers))
         logger.debug("worker job %s %s: its workers hold %s", job.job_id, why, held)
-        return names, [key for keys in held.values() for key in keys]
+        return [key for keys in held.values() for key in keys]
 
     def _land(self, job: TrackedJob, now: float) -> None:
         assert job.end_at is not None
+        keys = self._held(job, "lands")  # if the scheduler does not answer: next tick
         job.action, job.action_at = Action.LANDED, now
-        names, keys = self._held(job, "lands")
         hard_stop = job.end_at - self._margin(job) / 2
         going_on = stopped = moved = 0
         if self.landings is not None and keys:
-            going_on, stopped, moved = self.landings.land(job.job_id, names, keys, hard_stop)
+            going_on, stopped, moved = self.landings.land(job.job_id, keys, hard_stop)
         self.stopped_at_limit += stopped
         self.moved_at_landing += moved
         successor = f"; its successor is {job.successor}" if job.successor else ""
@@ -620,7 +617,7 @@ class WorkerJobs:
 
     def _hard_stop(self, job: TrackedJob) -> None:
         job.hard_stopped = True
-        _, keys = self._held(job, "reached its hard stop")
+        keys = self._held(job, "reached its hard stop")
         stopped = self.landings.stop(job.job_id, keys) if self.landings and keys else 0
         self.stopped_at_limit += stopped
         if stopped:
