@@ -18,18 +18,15 @@ At the worker job's landing point the pool has taken its workers out of Dask's r
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Sequence
 
+from ..report.detail import detail
 from .dispatcher import Dispatcher
 from .landing_policy import Durations, Running, after_stop, stop_before
 from .listeners import JobListener
 from .outcomes import Finished
 from .registry import JobRecord, JobRegistry
-
-#: The plugin's detail log (logs/plugin.log): one line per job a landing moved or stopped.
-detail = logging.getLogger("snakemake_executor_plugin_dask_slurm.detail")
 
 
 class WorkerJobLanding(JobListener):
