@@ -203,7 +203,10 @@ def test_a_landing_with_a_deep_queue_ends_as_soon_as_its_started_jobs_are_done(
     assert starts == set(ends), f"started jobs cut: {starts - set(ends)}"
     # The allocation ends 120 s after it began (the script starts within a second); the
     # run lands 30 s before, its hard stop is 15 s before the end.
-    assert ended - max(ends.values()) < 6.0, (ended - max(ends.values()), out)
+    # A few seconds: Snakemake's own end after its last job (its cluster closes in about
+    # 2 s, its interpreter exits in 1-2 s); measured 4-7 s with the machine shared by four
+    # test runs. Waiting for the hard stop would be 20 s and more.
+    assert ended - max(ends.values()) < 10.0, (ended - max(ends.values()), out)
     assert ended - began < 120 - 15 - 5, (ended - began, out)
     summary = re.search(r"the run landed before the allocation's time limit: (\d+) job\(s\) "
                         r"finished in this allocation", out)  # fmt: skip
