@@ -178,9 +178,10 @@ rule task:
 def test_a_landing_with_a_deep_queue_ends_as_soon_as_its_started_jobs_are_done(
     slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
 ) -> None:
-    """Far more jobs than CPUs (300 of 12 s on 16 CPUs, 2 minutes): at the landing point
-    what waits on the workers is taken back, and Snakemake ends as soon as the started
-    jobs are done, well before the hard stop; no started job is cut."""
+    """Far more jobs than CPUs (300 of 12 s on 16 CPUs, 2 minutes): what waits on the
+    workers never starts once it could not finish (each worker refuses it, or the landing
+    takes it back), and Snakemake ends as soon as the started jobs are done, before the
+    hard stop; no started job is cut."""
     (tmp_path / "Snakefile").write_text(DEEP_QUEUE)
     script = (
         "#!/bin/bash\n"
