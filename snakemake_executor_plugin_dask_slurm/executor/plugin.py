@@ -5,7 +5,8 @@ and must not block; ``check_active_jobs`` and ``sleep`` run on the base class's 
 thread, which starts *before* ``__post_init__`` — so everything they touch is set in
 ``__init__`` before the base class starts that thread. Dask's event thread reports
 finished tasks and dead workers (:class:`..dispatch.dispatcher.Dispatcher`); what becomes
-of them is :class:`.failures.Failures`'; signals are :mod:`.signals`'.
+of them is :class:`.failures.Failures`'; signals are :mod:`.signals`'. One run's parts
+are started, wired and closed by :class:`.run.Run`.
 """
 
 from __future__ import annotations
@@ -23,28 +24,20 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from ..clusters.base import ClusterSource, started_lines, worker_offers
+from ..clusters.base import ClusterSource
 from ..clusters.choose import local_worker_cpus, make_source
-from ..clusters.run_dir import RunFiles, check_run_dir
+from ..clusters.run_dir import check_run_dir
 from ..config import RunConfig, resolve
-from ..dispatch.admission import Capacity
-from ..dispatch.cold_ways import ColdWays
-from ..dispatch.dispatcher import Dispatcher
-from ..dispatch.intake import Intake
 from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
-from ..dispatch.landing import AllocationClock, RunControls
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
-from ..dispatch.placement import Placement
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
-from ..dispatch.usage_listener import usage_listener
-from ..dispatch.worker_landing import WorkerJobLanding
-from ..report.hints import run_speed_hint
 from ..report.messages import stopped_line
 from ..worker import timing
 from . import signals
 from .failures import Failures, Say, Snakemake
+from .run import Hooks, Run
 from .wakeup import Wakeup
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -63,15 +56,12 @@ class Executor(RemoteExecutor):
 
     def __init__(self, workflow: Any, logger: Any) -> None:
         # Set before the base class starts the status thread, which may use them at once.
-        self._dispatcher: Dispatcher | None = None
-        self._failures: Failures | None = None
+        self._run: Run | None = None  # set at once, when every part of it is wired
         self._registry = JobRegistry()
         self._wakeup = Wakeup()
-        self._source: ClusterSource | None = None
         self._closed = False
         self._started = False
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
-        self._clock: AllocationClock | None = None
         self._listeners = Listeners()
         if timing.ON:
             timing.record("init", time.time())
@@ -157,73 +147,21 @@ class Executor(RemoteExecutor):
             self._start(source)
 
     def _start(self, source: ClusterSource) -> None:
-        self._files = RunFiles.open(self.config.run_dir)  # one run's files at a time
-        self._say(f"starting {source.description}")
-        try:
-            client = source.start()  # stops what it started if it fails
-            offers = worker_offers(client)
-            capacity = Capacity.from_workers(offers + source.future_offers())
-            said, warnings = started_lines(source)
-            for line in said:
-                self._say(line)
-            for line in warnings:
-                self._warn(line)
-            cpus = int(sum(offer.get("cpus", 0) for offer in offers))
-            now, nodes = self._scheduling, self.workflow.resource_settings.nodes
-            hint = run_speed_hint(now.rate, now.scheduler, now.subsample, nodes, cpus)
-            if hint:  # only where a setting the user chose still caps throughput
-                self._say(f"hint: {hint}")
-            usage = usage_listener(  # before the dispatcher, which tells it of every worker
-                self.config.usage_report_dir, self._run_token, self.config.cluster,
-                lambda: self._registry.stop_reason, self._say, os.environ,
-            )  # fmt: skip
-            self._listeners.extend([usage] if usage else [])
-            self._listeners.append(ColdWays(self._say))
-            dispatcher = Dispatcher(client, self._wakeup.set, self._on_removed, self._listeners)
-        except BaseException:
-            try:
-                source.close()
-            finally:
-                self._files.close()
-            raise
-        self._source, self._dispatcher = source, dispatcher
-        if timing.ON:
-            timing.record("ready", time.time(), cpus)
-            timing.record("cluster_start", getattr(source, "bringup_seconds", None) or 0.0)
-        say = Say(self._say, self._warn, self._error)
-        snakemake = Snakemake(
-            self.report_job_success, self.report_job_error, self.workflow.async_run
-        )
-        failures = Failures(
-            self._registry, source, dispatcher, snakemake, self.config.startup_timeout,
-            self._listeners, say, str(self._files.detail_log),
-        )  # fmt: skip
-        margins = (self.config.landing_margin, self.config.runtime_margin)
-        controls = RunControls(failures.stop_jobs, self._exit_gracefully, failures.withdraw)
-        self._clock = AllocationClock.for_run(
-            os.environ, margins, self._registry, controls, self._say, self._warn,
-            source.allocation_end(),
-        )  # fmt: skip
-        if self._clock is not None:
-            self._listeners.append(self._clock)
-            signals.on_sigusr1(self._clock.request)
-        placement = Placement.for_run(self._clock, source.runway(), self._registry.quiet)
-        if placement is not None:  # every worker's clock (docs/architecture.md)
-            self._listeners.append(placement)
-            failures.placement = placement
-        durations = placement.durations if placement is not None else None
-        landing = WorkerJobLanding.of(self._registry, dispatcher, durations)
-        if source.land_worker_jobs_with(landing) and landing.learning is not None:
-            self._listeners.append(landing)  # worker jobs land, and nothing else learns
-        self._intake = Intake(
-            self._builder,
-            capacity,
-            cap=self.config.cluster == "local",
+        hooks = Hooks(
+            say=Say(self._say, self._warn, self._error),
+            snakemake=Snakemake(
+                self.report_job_success, self.report_job_error, self.workflow.async_run
+            ),
+            wake=self._wakeup.set,
+            on_removed=self._on_removed,
+            exit_gracefully=self._exit_gracefully,
             key_of=self.job_key,
-            note=self._say,
-            placement=placement,
         )
-        self._failures = failures
+        self._run = Run.start(
+            source, self.config, self._registry, self._listeners, self._builder, hooks,
+            scheduling=self._scheduling, nodes=self.workflow.resource_settings.nodes,
+            token=self._run_token,
+        )  # fmt: skip
 
     def _exit_gracefully(self) -> None:
         """Snakemake schedules nothing more and ends once its running jobs are reported
@@ -266,10 +204,11 @@ class Executor(RemoteExecutor):
     def _submit_chunk(self, jobs: list[JobExecutorInterface]) -> None:
         """Admit, build, register and submit ``jobs``; refuse, one by one, those that
         cannot run."""
-        assert self._dispatcher is not None and self._failures is not None
-        records, refused = self._intake.take(jobs)
+        run = self._run
+        assert run is not None
+        records, refused = run.intake.take(jobs)
         stopping, lost = self._registry.hand_over(
-            records, self.report_job_submission, self._dispatcher.submit_many
+            records, self.report_job_submission, run.dispatcher.submit_many
         )
         if self._listeners:
             self._listeners.refused([key for i, _ in stopping if (key := i.external_jobid)])
@@ -277,7 +216,7 @@ class Executor(RemoteExecutor):
         for job_info, msg in refused + stopping:
             self.report_job_submission(job_info, register_job=False)
             self.report_job_error(job_info, msg=msg)
-        self._failures.report_refused(lost)
+        run.failures.report_refused(lost)
 
     def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
         # The base class appends "see the cluster/cloud log" to every message; ours
@@ -300,7 +239,7 @@ class Executor(RemoteExecutor):
         keys = self._registry.begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
         self._registry.quiet(keys)  # one closing message, not one per job
         call_snakemakes_handler()  # Snakemake: schedule nothing more
-        running = self._failures.stop_jobs(keys) if self._failures is not None else set()
+        running = self._run.failures.stop_jobs(keys) if self._run is not None else set()
         self._warn(stopped_line("SIGTERM received", keys, running))
 
     # -- completion (the status thread) ----------------------------------------------------
@@ -308,8 +247,8 @@ class Executor(RemoteExecutor):
     def _on_removed(self, worker: WorkerRef, silent: bool) -> None:
         """A worker left the scheduler unexpectedly (Dask's event thread)."""
         self._wakeup.set()
-        if self._failures is not None:
-            self._failures.worker_removed(worker, silent)
+        if self._run is not None:
+            self._run.failures.worker_removed(worker, silent)
 
     async def sleep(self) -> None:
         # STATUS_INTERVAL, not next_seconds_between_status_checks: the base class starts
@@ -322,11 +261,11 @@ class Executor(RemoteExecutor):
     ) -> AsyncGenerator[SubmittedJobInfo, None]:
         # The base class's list is not used: completions come from Dask's events, so
         # each round costs O(finished jobs), not O(running jobs). Nothing is yielded.
-        failures, dispatcher = self._failures, self._dispatcher
-        if failures is not None and dispatcher is not None:
-            failures.check_cluster()
-            for finished in dispatcher.drain():
-                self._ended(failures, finished)
+        run = self._run
+        if run is not None:
+            run.failures.check_cluster()
+            for finished in run.dispatcher.drain():
+                self._ended(run.failures, finished)
         for _ in ():
             yield _
 
@@ -345,10 +284,11 @@ class Executor(RemoteExecutor):
         # Our own registry, not ``active_jobs``: the base class empties that list while
         # a status round runs, so a Ctrl-C at that moment would miss jobs.
         keys = list(self._registry.take_all("the workflow was cancelled"))
-        if self._source is not None and self._source.scheduler_lost():
-            self._source.stop_workers()  # their supervisors end the jobs
-        elif self._dispatcher is not None:
-            self._dispatcher.kill(keys)
+        run = self._run
+        if run is not None and run.source.scheduler_lost():
+            run.source.stop_workers()  # their supervisors end the jobs
+        elif run is not None:
+            run.dispatcher.kill(keys)
 
     def shutdown(self) -> None:
         began = time.time()
@@ -366,28 +306,8 @@ class Executor(RemoteExecutor):
                 timing.record("shutdown", began, time.time())
 
     def close_cluster(self) -> None:
-        """Stop the clock and the recovery, kill the jobs still registered, then close the
-        source (which stops its worker jobs' growth before its client closes, and cancels
-        them after its own processes are gone)."""
-        if self._closed or self._source is None:
+        """Close the run once (see :meth:`.run.Run.close`)."""
+        if self._closed or self._run is None:
             return
-        started = time.monotonic()
-        try:
-            if self._clock is not None:
-                self._clock.close()
-            if self._failures is not None:
-                self._failures.close()
-            keys = self._registry.keys()
-            if keys and self._dispatcher is not None and not self._source.scheduler_lost():
-                self._dispatcher.kill(keys)
-        finally:
-            try:
-                self._source.close()
-            finally:
-                self._files.close()
-                for line in self._source.closing_lines():
-                    self._say(line)
-            self._closed = True
-            if timing.ON:
-                timing.record("cluster_close", getattr(self._source, "teardown_seconds", 0.0))
-        self._say(f"Dask cluster closed in {time.monotonic() - started:.1f} s")
+        self._closed = True
+        self._run.close(self._registry, self._say)

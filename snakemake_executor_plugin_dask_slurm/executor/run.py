@@ -1,0 +1,165 @@
+"""One run's parts, started and wired once, and closed in the order that leaves nothing
+behind: the cluster source, the dispatcher, what becomes of every ended task
+(:class:`.failures.Failures`), the clocks (the allocation's, every worker's) and the intake
+of Snakemake's jobs. The executor (:mod:`.plugin`) holds one :class:`Run` and calls it from
+Snakemake's hooks; a new part of a run is wired here, not in the hooks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..clusters.base import ClusterSource, started_lines, worker_offers
+from ..clusters.run_dir import RunFiles
+from ..config import RunConfig
+from ..dispatch.admission import Capacity
+from ..dispatch.cold_ways import ColdWays
+from ..dispatch.dispatcher import Dispatcher
+from ..dispatch.intake import Intake
+from ..dispatch.job_commands import JobCommandBuilder
+from ..dispatch.landing import AllocationClock, RunControls
+from ..dispatch.listeners import Listeners
+from ..dispatch.outcomes import WorkerRef
+from ..dispatch.placement import Placement
+from ..dispatch.registry import JobRegistry
+from ..dispatch.scheduling import Given
+from ..dispatch.usage_listener import usage_listener
+from ..dispatch.worker_landing import WorkerJobLanding
+from ..report.hints import run_speed_hint
+from ..worker import timing
+from . import signals
+from .failures import Failures, Say, Snakemake
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """What a run calls back into: the executor and, through it, Snakemake."""
+
+    say: Say
+    snakemake: Snakemake
+    #: Wake Snakemake's status loop (a task ended, a worker left).
+    wake: Callable[[], None]
+    #: A worker left the scheduler unexpectedly (Dask's event thread).
+    on_removed: Callable[[WorkerRef, bool], None]
+    #: Snakemake schedules nothing more and ends once its running jobs are told.
+    exit_gracefully: Callable[[], None]
+    #: The Dask key of a Snakemake job.
+    key_of: Callable[[Any], str]
+
+
+@dataclass
+class Run:
+    source: ClusterSource
+    dispatcher: Dispatcher
+    failures: Failures
+    intake: Intake
+    clock: AllocationClock | None
+    files: RunFiles
+
+    @classmethod
+    def start(
+        cls,
+        source: ClusterSource,
+        config: RunConfig,
+        registry: JobRegistry,
+        listeners: Listeners,
+        builder: JobCommandBuilder,
+        hooks: Hooks,
+        *,
+        scheduling: Given,
+        nodes: Any,
+        token: str,
+    ) -> Run:
+        """Start ``source`` and wire the run around it. ``scheduling`` and ``nodes``:
+        what Snakemake runs with (for the speed hint); ``token``: the run's. If the start
+        fails, what it started is stopped and the run's files released before the error
+        goes on."""
+        now, say = scheduling, hooks.say
+        files = RunFiles.open(config.run_dir)  # one run's files at a time
+        say.info(f"starting {source.description}")
+        try:
+            client = source.start()  # stops what it started if it fails
+            offers = worker_offers(client)
+            capacity = Capacity.from_workers(offers + source.future_offers())
+            said, warnings = started_lines(source)
+            for line in said:
+                say.info(line)
+            for line in warnings:
+                say.warn(line)
+            cpus = int(sum(offer.get("cpus", 0) for offer in offers))
+            hint = run_speed_hint(now.rate, now.scheduler, now.subsample, nodes, cpus)
+            if hint:  # only where a setting the user chose still caps throughput
+                say.info(f"hint: {hint}")
+            usage = usage_listener(  # before the dispatcher, which tells it of every worker
+                config.usage_report_dir, token, config.cluster,
+                lambda: registry.stop_reason, say.info, os.environ,
+            )  # fmt: skip
+            listeners.extend([usage] if usage else [])
+            listeners.append(ColdWays(say.info))
+            dispatcher = Dispatcher(client, hooks.wake, hooks.on_removed, listeners)
+        except BaseException:
+            try:
+                source.close()
+            finally:
+                files.close()
+            raise
+        if timing.ON:
+            timing.record("ready", time.time(), cpus)
+            timing.record("cluster_start", getattr(source, "bringup_seconds", None) or 0.0)
+        failures = Failures(
+            registry, source, dispatcher, hooks.snakemake, config.startup_timeout,
+            listeners, say, str(files.detail_log),
+        )  # fmt: skip
+        margins = (config.landing_margin, config.runtime_margin)
+        controls = RunControls(failures.stop_jobs, hooks.exit_gracefully, failures.withdraw)
+        clock = AllocationClock.for_run(
+            os.environ, margins, registry, controls, say.info, say.warn,
+            source.allocation_end(),
+        )  # fmt: skip
+        if clock is not None:
+            listeners.append(clock)
+            signals.on_sigusr1(clock.request)
+        placement = Placement.for_run(clock, source.runway(), registry.quiet)
+        if placement is not None:  # every worker's clock (docs/architecture.md)
+            listeners.append(placement)
+            failures.placement = placement
+        durations = placement.durations if placement is not None else None
+        landing = WorkerJobLanding.of(registry, dispatcher, durations)
+        if source.land_worker_jobs_with(landing) and landing.learning is not None:
+            listeners.append(landing)  # worker jobs land, and nothing else learns
+        intake = Intake(
+            builder,
+            capacity,
+            cap=config.cluster == "local",
+            key_of=hooks.key_of,
+            note=say.info,
+            placement=placement,
+        )
+        return cls(source, dispatcher, failures, intake, clock, files)
+
+    def close(self, registry: JobRegistry, say: Callable[[str], None]) -> None:
+        """Stop the clock and the recovery, kill the jobs still registered, then close the
+        source (which stops its worker jobs' growth before its client closes, and cancels
+        them after its own processes are gone)."""
+        started = time.monotonic()
+        try:
+            if self.clock is not None:
+                self.clock.close()
+            self.failures.close()
+            keys = registry.keys()
+            if keys and not self.source.scheduler_lost():
+                self.dispatcher.kill(keys)
+        finally:
+            try:
+                self.source.close()
+            finally:
+                self.files.close()
+                for line in self.source.closing_lines():
+                    say(line)
+            if timing.ON:
+                timing.record("cluster_close", getattr(self.source, "teardown_seconds", 0.0))
+        say(f"Dask cluster closed in {time.monotonic() - started:.1f} s")
