@@ -384,13 +384,23 @@ def read_recording(version: str, ids: list[str]) -> PassResult | None:
     return PassResult("local", 0.0, 0, tests={t: tests[t] for t in ids})
 
 
-def write_recording(version: str, run: PassResult) -> None:
+def write_recording(version: str, run: PassResult, add: bool = False) -> None:
+    """Record the local pass for ``version``; ``add``: only ``run``'s tests, into the
+    recording there is (tests added to the selection, without running the whole pass)."""
     path = recording_path(version)
     kept = {
         test: {k: v for k, v in record.items() if k in ("outcome", "duration", "message")}
-        for test, record in sorted(run.tests.items())
+        for test, record in run.tests.items()
     }
-    data = {"snakemake": version, "recorded": time.strftime("%Y-%m-%d"), "tests": kept}
+    if add and path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("snakemake") == version:
+            kept = {**old.get("tests", {}), **kept}
+    data = {
+        "snakemake": version,
+        "recorded": time.strftime("%Y-%m-%d"),
+        "tests": dict(sorted(kept.items())),
+    }
     path.write_text(json.dumps(data, indent=1) + "\n")
     log(f"pass local: recorded in {path.relative_to(REPO)}")
 
@@ -542,11 +552,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--record-local",
         action="store_true",
-        help="run the local pass and record it for this Snakemake version (whole selection)",
+        help="run the local pass and record it for this Snakemake version (the whole "
+        "selection; with --only, those tests are added to the recording there is)",
     )
     args = ap.parse_args(argv)
-    if args.record_local and args.only:
-        ap.error("--record-local records the whole selection: not with --only")
 
     python = sys.executable
     version = snakemake_version(python)
@@ -593,7 +602,7 @@ def main(argv: list[str] | None = None) -> int:
             args.quiet,
         )
     if args.record_local and "local" in runs and not runs["local"].problem:
-        write_recording(version, runs["local"])
+        write_recording(version, runs["local"], add=bool(args.only))
     log(f"both passes: {time.monotonic() - started:.0f} s; results in {out_dir}")
     return compare(ids, missing, expected, runs, min_local, only=bool(args.only))
 
