@@ -24,6 +24,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
+from .. import snakemake_fixes
 from ..clusters.base import ClusterSource
 from ..clusters.choose import local_worker_cpus, make_source
 from ..clusters.run_dir import check_run_dir
@@ -77,6 +78,7 @@ class Executor(RemoteExecutor):
         self.logger.error(f"dask-slurm: {line}")
 
     def __post_init__(self) -> None:
+        snakemake_fixes.install(self._say)
         workdir = Path(self.workflow.workdir_init)
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]

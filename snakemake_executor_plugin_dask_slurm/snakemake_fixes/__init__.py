@@ -1,0 +1,78 @@
+"""Guarded fixes of Snakemake's own code that a large task farm would otherwise suffer from.
+
+Each fix replaces or wraps named Snakemake functions, is exactly equivalent to them
+(tests/unit/test_snakemake_fixes.py compares them on generated jobs) and is installed only
+when the running Snakemake's functions are byte-for-byte the ones it was written against
+(:mod:`.fingerprint`); any other Snakemake is left as it is, and the run's log says so in
+one line per fix. Installed once per process, at the executor's start
+(:func:`install`); the patches to Snakemake that make them unnecessary are in
+docs/upstream/, described in docs/further.md.
+
+- :mod:`.prepare_inputs`: a job with N inputs (a farm's ``rule all``) is prepared in time
+  linear in N, not N².
+- :mod:`.remaining_jobs`: the list of remaining jobs is made only when a job selector
+  reads it, not every scheduling round.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from . import prepare_inputs, remaining_jobs
+from .fingerprint import digest
+
+
+@dataclass(frozen=True)
+class Fix:
+    module: ModuleType
+
+    @property
+    def name(self) -> str:
+        return self.module.__name__.rsplit(".", 1)[-1]
+
+    def targets(self) -> Sequence[Callable[..., Any]]:
+        targets: Sequence[Callable[..., Any]] = self.module.targets()
+        return targets
+
+    def found(self) -> str | None:
+        """The fingerprint of the running Snakemake's functions (None: unreadable)."""
+        try:
+            return digest(self.targets())
+        except (ImportError, AttributeError):
+            return None
+
+    def matches(self) -> bool:
+        return self.found() == self.module.FINGERPRINT
+
+    def not_installed(self) -> str:
+        return (
+            f"Snakemake's {self.module.WHAT} is not the code the plugin's fix was written "
+            f"for (Snakemake {self.module.WRITTEN_FOR}); Snakemake is left as it is: "
+            f"{self.module.WITHOUT}"
+        )
+
+
+FIXES = (Fix(prepare_inputs), Fix(remaining_jobs))
+
+_lock = threading.Lock()
+_installed: dict[str, bool] = {}
+
+
+def install(note: Callable[[str], None]) -> dict[str, bool]:
+    """Install every fix whose fingerprint matches (once per process); ``note`` gets one
+    line for each fix that is not installed, at every call. Which fixes are installed."""
+    with _lock:
+        for fix in FIXES:
+            if fix.name not in _installed:
+                _installed[fix.name] = fix.matches()
+                if _installed[fix.name]:
+                    fix.module.apply()
+        result = dict(_installed)
+    for fix in FIXES:
+        if not result[fix.name]:
+            note(fix.not_installed())
+    return result

@@ -1,0 +1,117 @@
+"""The preparation of a job with many inputs, made linear.
+
+Snakemake 9.27.1's ``Job.prepare()`` (snakemake/jobs.py) waits for the job's input files,
+minus those that come through a pipe or a service::
+
+    consider_local={f for f in self.input if self.is_pipe_or_service_input(f)}
+
+and ``Job.is_pipe_or_service_input(path)`` walks the job's dependencies until it finds the
+first one whose files contain ``path``. For the rule that collects N outputs of N jobs
+(every task farm's ``rule all``) that is N walks over N dependencies: N²/2 steps, 540 s at
+100,000 inputs, spent after the last job is done (docs/further.md, "Snakemake's quadratic
+step at the end").
+
+Here, for the duration of one job's ``prepare()``, ``is_pipe_or_service_input`` answers for
+that job from one pass over its dependencies: each file mapped to the first dependency
+(in Snakemake's order) whose files contain it, which is the dependency the walk would stop
+at. The map is built at the first question, from the same ``dag.dependencies[job]`` the
+walk reads, and dropped when ``prepare()`` returns; ``prepare()`` asks all its questions
+in one set comprehension with no ``await`` in it, so nothing can change the dependencies
+between the map and the answers. Every other caller, and every other job, gets Snakemake's
+own function.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from .fingerprint import mark
+
+#: Snakemake's ``Job.prepare`` and ``Job.is_pipe_or_service_input`` of 9.27.1.
+FINGERPRINT = "340e8ab412459d356eb375accd4a7f5e8b72eb24366731f7c85ad52aeacf17cb"
+WRITTEN_FOR = "9.27.1"
+WHAT = "Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py)"
+WITHOUT = (
+    "a job with N inputs, such as a farm's 'rule all', takes time in N² before it runs "
+    "(about 9 minutes at 100,000 inputs)"
+)
+
+
+def targets() -> list[Callable[..., Any]]:
+    from snakemake.jobs import Job
+
+    return [Job.prepare, Job.is_pipe_or_service_input]
+
+
+_NOT_BUILT: Any = object()
+
+
+class ProducerLookup:
+    """``is_pipe_or_service_input`` of one job, from one pass over its dependencies."""
+
+    __slots__ = ("_first", "job")
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self._first: Any = _NOT_BUILT
+
+    def __call__(self, path: Any) -> bool:
+        first = self._first
+        if first is _NOT_BUILT:
+            first = self._first = first_producers(self.job.dag.dependencies[self.job])
+        if first is None:  # no dependencies: the walk finds nothing, and never hashes path
+            return False
+        dep = first.get(path)
+        return dep is not None and path in dep.pipe_or_service_output
+
+
+def first_producers(dependencies: Mapping[Any, Any]) -> dict[Any, Any] | None:
+    """Each file -> the first dependency (in ``dependencies``' order) whose files hold it;
+    None if there are no dependencies."""
+    if not dependencies:
+        return None
+    first: dict[Any, Any] = {}
+    for dep, files in dependencies.items():
+        for f in files:
+            first.setdefault(f, dep)
+    return first
+
+
+_asking: ContextVar[ProducerLookup | None] = ContextVar("dask_slurm_prepare_lookup", default=None)
+
+
+def replacements(prepare: Any, is_pipe_or_service_input: Any) -> tuple[Any, Any]:
+    """Job.prepare and Job.is_pipe_or_service_input as installed, around Snakemake's own."""
+
+    @functools.wraps(prepare)
+    async def prepare_with_lookup(self: Any) -> Any:
+        # A context variable: jobs prepared together (asyncio.gather, each in its own task)
+        # each see their own lookup.
+        token = _asking.set(ProducerLookup(self))
+        try:
+            return await prepare(self)
+        finally:
+            _asking.reset(token)
+
+    @functools.wraps(is_pipe_or_service_input)
+    def is_pipe_or_service_input_linear(self: Any, path: Any) -> Any:
+        lookup = _asking.get()
+        if lookup is None or lookup.job is not self:
+            return is_pipe_or_service_input(self, path)
+        return lookup(path)
+
+    return (
+        mark(prepare_with_lookup, prepare),
+        mark(is_pipe_or_service_input_linear, is_pipe_or_service_input),
+    )
+
+
+def apply() -> None:
+    from snakemake.jobs import Job
+
+    Job.prepare, Job.is_pipe_or_service_input = replacements(
+        Job.prepare, Job.is_pipe_or_service_input
+    )

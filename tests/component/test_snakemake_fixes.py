@@ -1,0 +1,324 @@
+"""The plugin's fixes of Snakemake's code (snakemake_fixes/): exactly what Snakemake's own
+functions do, on real jobs, and installed only on the Snakemake they were written for.
+
+Real jobs: generated Snakefiles (pipes, services, files shared by several consumers,
+a file listed twice, source files with no producer, jobs with no input) are parsed and
+their DAG built by Snakemake's API, in this process, and every job's ``prepare()`` is run
+with Snakemake's functions and with the fix. A file produced by several dependencies and
+an unhashable path cannot come out of a real DAG; for those, minimal objects with exactly
+the attributes Snakemake's function reads (``job.dag.dependencies[job]``,
+``dep.pipe_or_service_output``) stand in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import snakemake.api  # first: snakemake's modules import each other in this order
+import snakemake.jobs
+from snakemake.jobs import Job
+
+from snakemake_executor_plugin_dask_slurm import snakemake_fixes
+from snakemake_executor_plugin_dask_slurm.snakemake_fixes import (
+    fingerprint,
+    prepare_inputs,
+    remaining_jobs,
+)
+
+SEEDS = (1, 2, 3)
+
+
+def generated_snakefile(seed: int) -> tuple[str, list[str]]:
+    """A workflow of random shape, and the source files it needs on disk."""
+    rng = random.Random(seed)
+    rules, sources = [], [f"src/{k}.txt" for k in range(rng.randint(1, 4))]
+    plain = []
+    for i in range(rng.randint(2, 6)):
+        outputs = [f"q{i}_{j}.txt" for j in range(rng.randint(1, 3))]
+        plain += outputs
+        rules.append((f"q{i}", [], [f'"{o}"' for o in outputs]))
+    pipes = [f"p{i}.pipe" for i in range(rng.randint(0, 3))]
+    services = [f"s{i}.sock" for i in range(rng.randint(0, 2))]
+    rules += [(f"p{i}", [], [f'pipe("{p}")']) for i, p in enumerate(pipes)]
+    rules += [(f"s{i}", [], [f'service("{s}")']) for i, s in enumerate(services)]
+    consumers = []
+    for m in range(rng.randint(3, 8)):
+        inputs = rng.sample(plain, rng.randint(0, len(plain)))  # shared between consumers
+        inputs += rng.sample(sources, rng.randint(0, len(sources)))
+        inputs += rng.sample(services, rng.randint(0, len(services)))
+        if inputs and rng.random() < 0.5:
+            inputs.append(rng.choice(inputs))  # a file listed twice
+        rng.shuffle(inputs)
+        consumers.append((f"c{m}", inputs, [f'"c{m}.txt"']))
+    for pipe in pipes:  # a pipe has exactly one consumer
+        consumers[rng.randrange(len(consumers))][1].append(pipe)
+    m = len(consumers)
+    consumers.append((f"c{m}", rng.sample(sources, 1), [f'"c{m}.txt"']))  # inputs, no deps
+    rules += [(n, [f'"{f}"' for f in i], o) for n, i, o in consumers]
+    target = [f"c{m}.txt" for m in range(len(consumers))] + rng.sample(plain, len(plain) // 2)
+    text = f"rule all:\n    input: {', '.join(map(repr, target))}\n"
+    for name, inputs, outputs in rules:
+        text += f"rule {name}:\n"
+        if inputs:
+            text += f"    input: {', '.join(inputs)}\n"
+        text += f'    output: {", ".join(outputs)}\n    shell: "true"\n'
+    return text, sources
+
+
+@pytest.fixture
+def dag_of(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Builds a Snakefile's DAG with Snakemake's API, in a fresh directory."""
+    from snakemake.settings.types import (
+        DAGSettings,
+        ExecutionSettings,
+        OutputSettings,
+        ResourceSettings,
+    )
+
+    with snakemake.api.SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+
+        def build(text: str, sources: list[str], name: str) -> Any:
+            workdir = tmp_path / name
+            (workdir / "src").mkdir(parents=True)
+            for source in sources:
+                (workdir / source).write_text("x\n")
+            (workdir / "Snakefile").write_text(text)
+            monkeypatch.chdir(workdir)
+            workflow_api = api.workflow(
+                resource_settings=ResourceSettings(cores=1),
+                snakefile=workdir / "Snakefile",
+                workdir=workdir,
+            )
+            workflow_api.dag(DAGSettings())
+            workflow = workflow_api._workflow
+            workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True)
+            workflow._build_dag()
+            workflow.execution_settings = ExecutionSettings()  # as execute_workflow does
+            return workflow.dag
+
+        yield build
+
+
+def consider_local_of(job: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """What ``job.prepare()`` passes to ``wait_for_files`` as ``consider_local``."""
+    seen: list[Any] = []
+
+    async def wait_for_files(files: Any, **kwargs: Any) -> None:
+        seen.append(kwargs["consider_local"])
+
+    monkeypatch.setattr(snakemake.jobs, "wait_for_files", wait_for_files)
+    asyncio.run(job.prepare())
+    assert len(seen) == 1
+    return seen[0]
+
+
+def original_functions() -> tuple[Any, Any]:
+    return fingerprint.original(Job.prepare), fingerprint.original(Job.is_pipe_or_service_input)
+
+
+def prepared_alike(job: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``consider_local`` of ``job.prepare()`` with Snakemake's functions, checked equal
+    to that with the fix."""
+    prepare, lookup = original_functions()
+    monkeypatch.setattr(Job, "prepare", prepare)
+    monkeypatch.setattr(Job, "is_pipe_or_service_input", lookup)
+    expected = consider_local_of(job, monkeypatch)
+    fixed = prepare_inputs.replacements(prepare, lookup)
+    monkeypatch.setattr(Job, "prepare", fixed[0])
+    monkeypatch.setattr(Job, "is_pipe_or_service_input", fixed[1])
+    assert consider_local_of(job, monkeypatch) == expected, job
+    return expected
+
+
+def test_real_jobs_get_the_same_answers_and_prepare_alike(
+    dag_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kinds = dict.fromkeys(("pipe", "service", "shared", "twice", "no deps", "no input"), 0)
+    for seed in SEEDS:
+        dag = dag_of(*generated_snakefile(seed), f"seed{seed}")
+        _, lookup = original_functions()
+        jobs = list(dag.jobs)
+        files = {f for job in jobs for f in (*job.input, *job.output)} | {"elsewhere.txt"}
+        for job in jobs:
+            fast = prepare_inputs.ProducerLookup(job)
+            for path in sorted(files):
+                assert fast(path) == lookup(job, path), (seed, job, path)
+            local = prepared_alike(job, monkeypatch)
+            kinds["pipe"] += any(f.endswith(".pipe") for f in local)
+            kinds["service"] += any(f.endswith(".sock") for f in local)
+            kinds["twice"] += len(set(job.input)) < len(job.input)
+            kinds["no deps"] += bool(job.input) and not dag.dependencies[job]
+            kinds["no input"] += not job.input
+        kinds["shared"] += sum(
+            1 for f in files if f.endswith(".txt") and sum(f in j.input for j in jobs) > 1
+        )
+    assert all(kinds.values()), kinds  # the generated jobs hold every case
+
+
+def test_a_farm_target_with_many_inputs(dag_of: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task farm's shape: ``rule all`` collecting 300 outputs of one wildcard rule."""
+    text = (
+        'rule all:\n    input: expand("out/{i}.txt", i=range(300)), "p.txt"\n'
+        'rule thin:\n    output: "out/{i}.txt"\n    shell: "true"\n'
+        'rule p:\n    input: "s.sock"\n    output: "p.txt"\n    shell: "true"\n'
+        'rule s:\n    output: service("s.sock")\n    shell: "true"\n'
+    )
+    dag = dag_of(text, [], "farm")
+    for job in dag.jobs:
+        expected = prepared_alike(job, monkeypatch)
+        assert expected == ({"s.sock"} if job.rule.name == "p" else set())
+
+
+class FakeDag:
+    def __init__(self, dependencies: dict[Any, dict[Any, set[Any]]]) -> None:
+        self.dependencies = dependencies
+
+
+class FakeJob:
+    """What Snakemake's function reads of a job: ``job.dag.dependencies[job]``."""
+
+    def __init__(self, dependencies: dict[Any, set[Any]]) -> None:
+        self.dag = FakeDag({self: dependencies})
+
+
+class FakeDep:
+    """What it reads of a dependency: ``dep.pipe_or_service_output``."""
+
+    def __init__(self, pipes: set[str]) -> None:
+        self.pipe_or_service_output = pipes
+
+
+def fake_job(dependencies: dict[Any, set[Any]]) -> Any:
+    return FakeJob(dependencies)
+
+
+def fake_dep(pipes: set[str]) -> Any:
+    return FakeDep(pipes)
+
+
+def test_a_file_of_several_dependencies_is_the_first_ones() -> None:
+    """Snakemake's walk stops at the first dependency holding the file: so does the map."""
+    rng = random.Random(7)
+    _, lookup = original_functions()
+    for _ in range(300):
+        names = [f"f{i}" for i in range(rng.randint(0, 6))]
+        deps = {
+            fake_dep(set(rng.sample(names, rng.randint(0, len(names))))): set(
+                rng.sample(names, rng.randint(0, len(names)))
+            )
+            for _ in range(rng.randint(0, 4))
+        }
+        job = fake_job(deps)
+        fast = prepare_inputs.ProducerLookup(job)
+        for name in [*names, "other"]:
+            assert fast(name) == lookup(job, name), (deps, name)
+
+
+def test_an_unhashable_path_fails_as_in_snakemake() -> None:
+    _, lookup = original_functions()
+    assert lookup(fake_job({}), ["x"]) is False
+    assert prepare_inputs.ProducerLookup(fake_job({}))(["x"]) is False
+    with pytest.raises(TypeError):
+        lookup(fake_job({fake_dep(set()): set()}), ["x"])
+    with pytest.raises(TypeError):
+        prepare_inputs.ProducerLookup(fake_job({fake_dep(set()): set()}))(["x"])
+
+
+def test_outside_prepare_and_for_other_jobs_snakemakes_function_answers() -> None:
+    calls: list[Any] = []
+
+    def lookup(job: Any, path: Any) -> bool:
+        calls.append((job, path))
+        return True
+
+    async def prepare(job: Any) -> Any:
+        other = fake_job({})
+        return job.ask(job, "a"), job.ask(other, "b")
+
+    job = fake_job({fake_dep({"a"}): {"a"}})
+    wrapped_prepare, job.ask = prepare_inputs.replacements(prepare, lookup)
+    assert job.ask(job, "a") is True and calls == [(job, "a")]  # outside prepare
+    assert asyncio.run(wrapped_prepare(job)) == (True, True)
+    assert len(calls) == 2 and calls[1][1] == "b"  # the other job's question: Snakemake's
+
+
+def test_remaining_jobs_are_the_same_jobs_made_at_first_read() -> None:
+    made: list[int] = []
+
+    def make() -> list[str]:
+        made.append(1)
+        return ["a", "b", "c"]
+
+    jobs = remaining_jobs.RemainingJobs(make)
+    assert made == []  # nothing made until read
+    assert list(jobs) == ["a", "b", "c"] and made == [1]
+    assert len(jobs) == 3 and jobs[1] == "b" and jobs[:2] == ["a", "b"] and "c" in jobs
+    assert bool(jobs) and jobs == ["a", "b", "c"] and made == [1]  # made once
+    assert not remaining_jobs.RemainingJobs(list)
+
+
+def test_the_remaining_jobs_property_reads_snakemakes() -> None:
+    class Scheduler:
+        @property
+        def remaining_jobs(self) -> list[str]:
+            """doc"""
+            return [self.name]
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    replaced = remaining_jobs.replacement(Scheduler.__dict__["remaining_jobs"])
+    assert replaced.__doc__ == "doc"
+    assert list(replaced.__get__(Scheduler("x"))) == ["x"]
+    assert fingerprint.original(replaced.fget) is Scheduler.__dict__["remaining_jobs"].fget
+
+
+@pytest.mark.parametrize("fix", snakemake_fixes.FIXES, ids=lambda fix: fix.name)
+def test_the_installed_snakemake_is_the_one_each_fix_was_written_for(fix: Any) -> None:
+    """Fails on a Snakemake release that changes code a fix replaces or relies on. Then:
+    if that release fixed the problem, delete the fix; otherwise check the fix against the
+    new code (and its tests here), and record the new fingerprint."""
+    import snakemake
+
+    found = fix.found()
+    assert found == fix.module.FINGERPRINT, (
+        f"Snakemake {snakemake.__version__}: {fix.module.WHAT} changed since "
+        f"{fix.module.WRITTEN_FOR} (fingerprint {found}); the fix '{fix.name}' is not "
+        "installed on it. Re-check it, or remove it if Snakemake fixed the cause."
+    )
+
+
+def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(snakemake_fixes, "_installed", {})
+    monkeypatch.setattr(prepare_inputs, "FINGERPRINT", "0" * 64)
+    applied: list[str] = []
+    monkeypatch.setattr(prepare_inputs, "apply", lambda: applied.append("prepare"))
+    monkeypatch.setattr(remaining_jobs, "apply", lambda: applied.append("remaining"))
+    lines: list[str] = []
+    installed = snakemake_fixes.install(lines.append)
+    assert installed == {"prepare_inputs": False, "remaining_jobs": True}
+    assert applied == ["remaining"]
+    assert lines == [
+        "Snakemake's Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py) is "
+        "not the code the plugin's fix was written for (Snakemake 9.27.1); Snakemake is "
+        "left as it is: a job with N inputs, such as a farm's 'rule all', takes time in N² "
+        "before it runs (about 9 minutes at 100,000 inputs)"
+    ]
+    assert snakemake_fixes.install(lines.append) == installed  # once per process
+    assert applied == ["remaining"] and len(lines) == 2  # said again in the next run's log
+
+
+def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once installed, a fix's fingerprint is still Snakemake's own code's."""
+    fix = snakemake_fixes.FIXES[0]
+    before = fix.found()
+    prepare, lookup = original_functions()
+    replaced = prepare_inputs.replacements(prepare, lookup)
+    monkeypatch.setattr(Job, "prepare", replaced[0])
+    monkeypatch.setattr(Job, "is_pipe_or_service_input", replaced[1])
+    assert fix.found() == before

@@ -1,0 +1,24 @@
+"""A farm run with the plugin's fixes of Snakemake (snakemake_fixes/) installed writes
+what Snakemake's own local executor, without them, writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.test_fidelity import both
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(240)
+def test_a_farm_with_the_fixes_writes_what_snakemake_writes(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    local, plugin, run = both(tmp_path, no_leftovers, "farm", ("--cores", "2"), ("--jobs", "100"))
+    said = run.stdout + run.stderr
+    assert run.returncode == 0, said
+    assert "is not the code the plugin's fix was written for" not in said, said
+    assert len(local) == 62 and plugin == local
+    assert local["piped.txt"] == b"1\n2\n3\n4\n5\n0\n"
