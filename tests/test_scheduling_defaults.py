@@ -39,6 +39,8 @@ def timed(tmp_path: Path, token: str, *args: str) -> tuple[float, str]:
 def test_plain_flags_are_not_rate_limited(tmp_path: Path, no_leftovers: str) -> None:
     took, said = timed(tmp_path, no_leftovers, "--jobs", "100")
     assert "scheduling for many short jobs: no job-rate limit" in said, said
+    # before Snakemake's first job selection, not after it (snakemake_fixes/first_round.py)
+    assert said.index("scheduling for many short jobs") < said.index("Select jobs to execute")
     assert "greedy job selection instead of ilp" in said
     assert "hint:" not in said, said
     # 60 jobs at Snakemake's 10/1s limit would take 6 s of waiting alone

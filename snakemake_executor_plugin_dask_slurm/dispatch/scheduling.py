@@ -10,9 +10,9 @@ cost a Dask pool more than half its speed on thousands of short jobs (docs/bench
 
 When the user chose none of them, the plugin lifts what they left at Snakemake's default
 (:func:`plan`, pure); a choice the user made always wins. :func:`tune_job_scheduler` applies
-the plan to Snakemake's job scheduler at the first scheduling round (Snakemake internals);
-the interface change that would make this a supported setting is proposed in
-docs/further.md.
+the plan to Snakemake's job scheduler before its first scheduling round (Snakemake
+internals; the hook is snakemake_fixes/first_round.py); the interface change that would
+make this a supported setting is proposed in docs/further.md.
 """
 
 from __future__ import annotations
@@ -102,10 +102,13 @@ def plan(given: Given) -> Plan:
     return Plan(lift, scheduler, subsample)
 
 
-def tune_job_scheduler(workflow: Any, argv: Sequence[str]) -> tuple[Given, str | None]:
-    """At the first scheduling round: apply :func:`plan` to Snakemake's running job
-    scheduler; the settings it now runs with, and the line saying what changed (None if
-    nothing did)."""
+def tune_job_scheduler(
+    workflow: Any, argv: Sequence[str], scheduler: Any = None
+) -> tuple[Given, str | None]:
+    """Before the first scheduling round (or, on a Snakemake where the plugin cannot hook
+    that, at its first ``run_jobs``): apply :func:`plan` to Snakemake's job scheduler
+    (``scheduler``, else ``workflow.scheduler``); the settings it now runs with, and the
+    line saying what changed (None if nothing did)."""
     settings = workflow.scheduling_settings
     rate = settings.max_jobs_per_timespan
     given = Given(
@@ -117,7 +120,8 @@ def tune_job_scheduler(workflow: Any, argv: Sequence[str]) -> tuple[Given, str |
         subsample_chosen=flag_given(argv, SUBSAMPLE_FLAGS),
     )
     change = plan(given)
-    scheduler = getattr(workflow, "scheduler", None)
+    if scheduler is None:
+        scheduler = getattr(workflow, "scheduler", None)
     if scheduler is None:
         return given, None
     if change:

@@ -63,6 +63,7 @@ class Executor(RemoteExecutor):
         self._closed = False
         self._started = False
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
+        self._scheduling_tuned = False
         self._listeners = Listeners()
         if timing.ON:
             timing.record("init", time.time())
@@ -79,6 +80,7 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self) -> None:
         snakemake_fixes.install(self._say)
+        snakemake_fixes.before_first_round(self.workflow, self._tune_scheduling)
         workdir = Path(self.workflow.workdir_init)
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
@@ -141,12 +143,20 @@ class Executor(RemoteExecutor):
         """Once, on Snakemake's scheduling thread, when the first jobs are handed over."""
         self._started = True
         signals.on_sigterm(self._on_sigterm)
-        self._scheduling, line = tune_job_scheduler(self.workflow, sys.argv)
-        if line:
-            self._say(line)
+        self._tune_scheduling()
         source, self._pending_source = self._pending_source, None
         if source is not None:
             self._start(source)
+
+    def _tune_scheduling(self, scheduler: Any = None) -> None:
+        """Snakemake's scheduling settings for a farm, once: before its first round
+        (snakemake_fixes/first_round.py), or where that hook is not installed, here."""
+        if self._scheduling_tuned:
+            return
+        self._scheduling_tuned = True
+        self._scheduling, line = tune_job_scheduler(self.workflow, sys.argv, scheduler)
+        if line:
+            self._say(line)
 
     def _start(self, source: ClusterSource) -> None:
         hooks = Hooks(

@@ -12,6 +12,8 @@ docs/upstream/, described in docs/further.md.
   linear in N, not N².
 - :mod:`.remaining_jobs`: the list of remaining jobs is made only when a job selector
   reads it, not every scheduling round.
+- :mod:`.first_round`: the plugin's scheduling settings apply before Snakemake's first
+  scheduling round, not from its second (:func:`before_first_round`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from . import prepare_inputs, remaining_jobs
+from . import first_round, prepare_inputs, remaining_jobs
 from .fingerprint import digest
+from .first_round import before_first_round
+
+__all__ = ["FIXES", "before_first_round", "install"]
 
 
 @dataclass(frozen=True)
@@ -56,7 +61,7 @@ class Fix:
         )
 
 
-FIXES = (Fix(prepare_inputs), Fix(remaining_jobs))
+FIXES = (Fix(prepare_inputs), Fix(remaining_jobs), Fix(first_round))
 
 _lock = threading.Lock()
 _installed: dict[str, bool] = {}

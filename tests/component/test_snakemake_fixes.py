@@ -26,6 +26,7 @@ from snakemake.jobs import Job
 from snakemake_executor_plugin_dask_slurm import snakemake_fixes
 from snakemake_executor_plugin_dask_slurm.snakemake_fixes import (
     fingerprint,
+    first_round,
     prepare_inputs,
     remaining_jobs,
 )
@@ -299,10 +300,11 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
     applied: list[str] = []
     monkeypatch.setattr(prepare_inputs, "apply", lambda: applied.append("prepare"))
     monkeypatch.setattr(remaining_jobs, "apply", lambda: applied.append("remaining"))
+    monkeypatch.setattr(first_round, "apply", lambda: applied.append("first"))
     lines: list[str] = []
     installed = snakemake_fixes.install(lines.append)
-    assert installed == {"prepare_inputs": False, "remaining_jobs": True}
-    assert applied == ["remaining"]
+    assert installed == {"prepare_inputs": False, "remaining_jobs": True, "first_round": True}
+    assert applied == ["remaining", "first"]
     assert lines == [
         "Snakemake's Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py) is "
         "not the code the plugin's fix was written for (Snakemake 9.27.1); Snakemake is "
@@ -310,7 +312,7 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
         "before it runs (about 9 minutes at 100,000 inputs)"
     ]
     assert snakemake_fixes.install(lines.append) == installed  # once per process
-    assert applied == ["remaining"] and len(lines) == 2  # said again in the next run's log
+    assert applied == ["remaining", "first"] and len(lines) == 2  # said in each run's log
 
 
 def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -322,3 +324,61 @@ def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(Job, "prepare", replaced[0])
     monkeypatch.setattr(Job, "is_pipe_or_service_input", replaced[1])
     assert fix.found() == before
+
+
+class FakeScheduler:
+    def __init__(self, workflow: Any) -> None:
+        self.workflow = workflow
+        self.rounds: list[str] = []
+
+    def schedule(self) -> str:
+        self.rounds.append("first round")
+        return "done"
+
+
+class FakeWorkflow:
+    pass
+
+
+class Plugin:
+    def __init__(self) -> None:
+        self.called: list[Any] = []
+
+    def tune(self, scheduler: Any) -> None:
+        self.called.append(scheduler)
+        scheduler.rounds.append("tuned")
+
+
+def test_the_first_round_hook_calls_the_registered_plugin_first_and_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(first_round, "_waiting", [])
+    monkeypatch.setattr(first_round, "_installed", False)
+    workflow, other = FakeWorkflow(), FakeWorkflow()
+    plugin = Plugin()
+    assert not first_round.before_first_round(workflow, plugin.tune)  # not installed: no
+    monkeypatch.setattr(first_round, "_installed", True)
+    assert first_round.before_first_round(workflow, plugin.tune)
+    schedule = first_round.replacement(FakeScheduler.schedule)
+    mine, theirs = FakeScheduler(workflow), FakeScheduler(other)
+    assert schedule(theirs) == "done" and theirs.rounds == ["first round"]  # not its plugin
+    assert schedule(mine) == "done" and mine.rounds == ["tuned", "first round"]
+    assert schedule(mine) == "done" and plugin.called == [mine]  # once
+    assert fingerprint.original(schedule) is FakeScheduler.schedule
+
+
+def test_a_workflow_that_never_schedules_is_not_kept_alive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import gc
+    import weakref
+
+    monkeypatch.setattr(first_round, "_waiting", [])
+    monkeypatch.setattr(first_round, "_installed", True)
+    workflow, plugin = FakeWorkflow(), Plugin()
+    first_round.before_first_round(workflow, plugin.tune)
+    gone = weakref.ref(plugin)
+    del plugin
+    gc.collect()
+    assert gone() is None  # the entry holds the executor weakly
+    assert first_round._take(workflow) == [] and first_round._waiting == []

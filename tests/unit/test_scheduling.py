@@ -16,6 +16,7 @@ from snakemake_executor_plugin_dask_slurm.dispatch.scheduling import (
     flag_given,
     plan,
 )
+from snakemake_executor_plugin_dask_slurm.snakemake_fixes.fingerprint import original
 
 DEFAULTS = Given(rate=(100, 1.0), scheduler="ilp", subsample=None)
 
@@ -95,6 +96,30 @@ def test_snakemake_job_scheduler_internals_the_plugin_relies_on() -> None:
     assert "if self.job_rate_limiter is None:" in selector
     assert 'self.resources["_job_count"] == sys.maxsize' in selector
     assert "run_selector(self._job_selector)" in selector
-    schedule = inspect.getsource(JobScheduler.schedule)
+    schedule = inspect.getsource(original(JobScheduler.schedule))
     assert "if self.subsample and n_total_needrun > self.subsample:" in schedule
     assert "self.job_rate_limiter is not None" in schedule
+    assert schedule.index("self.subsample") < schedule.index("run = self.job_selector(needrun)")
+
+
+def test_the_plugin_is_called_before_snakemakes_first_round() -> None:
+    """The plugin registers its scheduling settings in the executor's __post_init__ and
+    applies them when JobScheduler.schedule() starts (snakemake_fixes/first_round.py):
+    Snakemake builds the executor inside JobScheduler.__init__, and Workflow.execute calls
+    schedule() on the finished scheduler, whose first round is the first job selection."""
+    import snakemake.api  # noqa: F401  (imports snakemake.workflow in the order it needs)
+    from snakemake.scheduling.job_scheduler import JobScheduler
+    from snakemake.workflow import Workflow
+
+    init = inspect.getsource(JobScheduler.__init__)
+    assert init.index("self.subsample = ") < init.index(
+        "self._executor = executor_plugin.executor("
+    )
+    assert init.index("self._executor = executor_plugin.executor(") < init.index(
+        "self._job_selector = scheduler.select_jobs"
+    )
+    execute = inspect.getsource(Workflow.execute)
+    assert execute.index("self.scheduler = JobScheduler(") < execute.index(
+        "success = self.scheduler.schedule()"
+    )
+    assert "self.job_selector(" not in inspect.getsource(JobScheduler.__init__)
