@@ -1,5 +1,5 @@
 """A farm run with the plugin's fixes of Snakemake (snakemake_fixes/) installed writes
-what Snakemake's own local executor, without them, writes."""
+what Snakemake's own local executor, without them, writes, and no empty job log."""
 
 from __future__ import annotations
 
@@ -22,3 +22,6 @@ def test_a_farm_with_the_fixes_writes_what_snakemake_writes(
     assert "is not the code the plugin's fix was written for" not in said, said
     assert len(local) == 62 and plugin == local
     assert local["piped.txt"] == b"1\n2\n3\n4\n5\n0\n"
+    # The 61 silent jobs left no log; the pipe group's own Snakemake printed, so it has one.
+    logs = sorted((tmp_path / "plugin/.snakemake/dask-slurm/logs/jobs").rglob("*.log"))
+    assert len(logs) == 1 and logs[0].stat().st_size > 0, logs

@@ -36,6 +36,7 @@ from ..dispatch.registry import (
 from ..dispatch.routing import Route, RunState, route
 from ..report.detail import detail
 from ..report.messages import failure_message, job_label, lost_worker_line
+from ..worker.job_log import keep_log
 
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5
@@ -164,6 +165,7 @@ class Failures:
         if stop and finished.outcome is None:
             problem = f"stopped: {stop}"
         msg = failure_message(record.job, finished.outcome, problem, record.way, record.log)
+        keep_log(record.log)  # none yet if it printed nothing: the message names it
         self.snakemake.failed(record.info, msg=msg, aux_logs=[record.log])
 
     # -- whether the cluster can still run jobs --------------------------------------------

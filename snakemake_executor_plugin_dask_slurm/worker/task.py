@@ -1,4 +1,5 @@
-"""What runs on a Dask worker: one job's command, in its own process group, logged.
+"""What runs on a Dask worker: one job's command, in its own process group, logged
+(a direct-way job's log only if it prints or fails: :mod:`.job_log`).
 
 This module is imported by every worker (it is also the workers' ``--preload`` module, so
 that ``dask_teardown`` kills whatever jobs are still running when a worker closes).
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import proctree, timing, warm_host
 from .clock import landing_from_env, late_words, too_late
+from .job_log import JobLog, copy_output, drain, make_log_dir
 from .logtail import read_tail
 from .waiting import Deadline, wait_until
 from .warm_host import WarmLost, WarmProc
@@ -59,8 +61,6 @@ _in_worker = False
 #: This worker's landing point (None: no time limit), from its environment.
 _landing_at: float | None = None
 _lock = threading.Lock()
-#: Log directories this worker already created (one mkdir per directory, not per job).
-_made_dirs: set[str] = set()
 #: When each running job started (for the landing: what it has left to run).
 _began: dict[str, float] = {}
 #: Jobs started since the last report to the plugin (see :func:`_report_started`).
@@ -79,32 +79,21 @@ def _environment(spec: TaskSpec) -> dict[str, str]:
     return env
 
 
-def _make_log_dir(path: str) -> None:
-    directory = os.path.dirname(path)
-    if directory not in _made_dirs:
-        os.makedirs(directory, exist_ok=True)
-        _made_dirs.add(directory)
-
-
-def _open_log(path: str, mode: str = "wb") -> Any:
-    _make_log_dir(path)
-    return open(path, mode)
-
-
-def _popen(spec: TaskSpec, log_mode: str = "wb") -> subprocess.Popen[bytes]:
-    with _open_log(spec.log_path, log_mode) as log:
-        return subprocess.Popen(
-            spec.argv,
-            cwd=spec.cwd,
-            env=_environment(spec),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            # Its own process group, for kill_tasks; but the worker's session, so
-            # that if the worker itself is killed outright, whoever started it can
-            # still find and end the job by session id.
-            process_group=0,
-        )
+def _popen(spec: TaskSpec) -> subprocess.Popen[bytes]:
+    """The job's command, its output (stdout and stderr) into one pipe, which the thread
+    that waits for it copies into the job's log (:func:`.job_log.copy_output`)."""
+    return subprocess.Popen(
+        spec.argv,
+        cwd=spec.cwd,
+        env=_environment(spec),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # Its own process group, for kill_tasks; but the worker's session, so that if
+        # the worker itself is killed outright, whoever started it can still find and
+        # end the job by session id.
+        process_group=0,
+    )
 
 
 def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]:
@@ -124,7 +113,7 @@ def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]
     proc: Proc | None = None
     try:
         if spec.warm is not None:
-            _make_log_dir(spec.log_path)
+            make_log_dir(spec.log_path)
             found = warm_host.HOST.start(spec)
             if isinstance(found, str):
                 cold = found
@@ -184,7 +173,7 @@ def _end_lost_job(key: str, pgid: int) -> bool:
 
 def _run_cold_after_loss(
     spec: TaskSpec, proc: WarmProc, reason: str, host: str, started: float
-) -> tuple[int, str]:
+) -> tuple[int, str, JobLog]:
     """A warm job whose warm process died: end what is left of it, then run it again, in
     place, the cold way (whose own job preparation removes what the first try wrote)."""
     if not _end_lost_job(spec.key, proc.pid):
@@ -196,14 +185,20 @@ def _run_cold_after_loss(
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error))
     with _lock:
         stopped = spec.key in _stopped
+    log = JobLog(spec.log_path, append=True)
     if stopped:
-        return -signal.SIGKILL, f"lost with its warm process: {reason}"
-    with contextlib.suppress(OSError), _open_log(spec.log_path, "ab") as log:
-        note = f"\ndask-slurm: {reason}; its processes are gone: running it the cold way\n"
-        log.write(note.encode())
-    cold = _popen(spec, "ab")
+        return -signal.SIGKILL, f"lost with its warm process: {reason}", log
+    note = f"\ndask-slurm: {reason}; its processes are gone: running it the cold way\n"
+    log.write(note.encode())
+    cold = _popen(spec)
     _register(spec.key, cold, started)
-    return _reap(cold), f"its warm process died while it ran ({reason}): run again"
+    try:
+        copy_output(cold, log)
+        returncode = _reap(cold)
+    finally:
+        _signal_group(cold, signal.SIGKILL)
+        drain(cold, log)
+    return returncode, f"its warm process died while it ran ({reason}): run again", log
 
 
 def run_task(spec: TaskSpec) -> TaskOutcome:
@@ -228,14 +223,19 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
     # Read after the fork: the worker's peak then is at least what the job inherited.
     floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // _RSS_UNIT
     rusage: tuple[float, int] | None = None
+    # A warm job's process writes its own log (warm/child.py).
+    log = JobLog(spec.log_path) if isinstance(proc, subprocess.Popen) else None
+    returncode = -1
     try:
         try:
+            if log is not None:
+                copy_output(proc, log)  # type: ignore[arg-type]
             returncode, rusage = _wait(proc)
             if isinstance(proc, WarmProc):
                 floor = proc.floor_kb or floor
         except WarmLost as lost:
             assert isinstance(proc, WarmProc)
-            returncode, cold = _run_cold_after_loss(spec, proc, lost.reason, host, started)
+            returncode, cold, log = _run_cold_after_loss(spec, proc, lost.reason, host, started)
         wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
@@ -244,6 +244,10 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
             _began.pop(spec.key, None)
         _signal_group(proc, signal.SIGKILL)
         _signal_group(last, signal.SIGKILL)
+        if log is not None:
+            if isinstance(proc, subprocess.Popen):
+                drain(proc, log)
+            log.close(keep=returncode != 0)
         timing.task_done(spec.key, started, time.time())
     usage = None
     if rusage is not None:
@@ -251,7 +255,7 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         slurm_job = os.environ.get("SLURM_JOB_ID", "")
         usage = Usage(host, worker, slurm_job, started, wall, cpu, maxrss, floor)
     if returncode:
-        tail = read_tail(spec.log_path, TAIL_LINES)
+        tail = log.tail(TAIL_LINES) if log is not None else read_tail(spec.log_path, TAIL_LINES)
         outcome = TaskOutcome(returncode, host, started, time.time(), tail, cold=cold)
         raise JobFailed(outcome, usage)
     return TaskOutcome(0, host, started, time.time(), "", cold=cold), usage

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
+from snakemake_executor_plugin_dask_slurm.worker.job_log import keep_log
 from snakemake_executor_plugin_dask_slurm.worker.task import (
     kill_tasks,
     read_tail,
@@ -244,3 +245,78 @@ def test_a_worker_starts_no_job_that_cannot_finish_before_its_landing_point(
     worker_task._landing_at = time.time() - 1.0  # landed: nothing starts
     with pytest.raises(TooLate, match="its worker reached its landing point"):
         run_task(dataclasses.replace(late, needs=None))
+
+
+def test_a_silent_success_leaves_no_log_a_silent_failure_an_empty_one(tmp_path: Path) -> None:
+    run_task(spec(tmp_path, "true", key="quiet"))
+    assert not (tmp_path / "logs").exists()  # no file, not even its directory
+    with pytest.raises(JobFailed) as failed:
+        run_task(spec(tmp_path, "exit 2", key="quietfail"))
+    assert failed.value.outcome.tail == ""
+    assert (tmp_path / "logs/quietfail.log").read_bytes() == b""
+
+
+def test_the_log_grows_while_the_job_runs(tmp_path: Path) -> None:
+    log, go = tmp_path / "logs/k1.log", tmp_path / "go"
+    script = f"echo first; while [ ! -e {go} ]; do sleep 0.02; done; echo second"
+    thread = threading.Thread(target=run_task, args=(spec(tmp_path, script),))
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not (log.exists() and log.read_text() == "first\n"):
+        assert time.monotonic() < deadline, "the first line did not reach the log"
+        time.sleep(0.02)
+    go.touch()
+    thread.join(10)
+    assert log.read_text() == "first\nsecond\n"
+
+
+def test_much_output_arrives_whole_and_in_order(tmp_path: Path) -> None:
+    script = "seq 1 200000; seq 1 5 >&2"  # 1.3 MB, 20 pipe buffers
+    run_task(spec(tmp_path, script))
+    lines = (tmp_path / "logs/k1.log").read_text().splitlines()
+    assert lines == [str(i) for i in range(1, 200001)] + ["1", "2", "3", "4", "5"]
+
+
+def test_a_background_child_holding_the_output_does_not_hold_the_job(tmp_path: Path) -> None:
+    # As before the log was a pipe: the job ends with its shell, and what it left in its
+    # process group is killed with it.
+    marker = tmp_path / "child.pid"
+    begin = time.monotonic()
+    run_task(spec(tmp_path, f"sleep 30 & echo $! > {marker}; echo started"))
+    assert time.monotonic() - begin < 5
+    assert (tmp_path / "logs/k1.log").read_text() == "started\n"
+    child = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child):
+        assert time.monotonic() < deadline, "the background child outlived its job"
+        time.sleep(0.05)
+
+
+def test_an_unwritable_log_does_not_block_the_job_and_a_failure_says_so(tmp_path: Path) -> None:
+    (tmp_path / "logs").write_text("a file where the log directory should be")
+    out = tmp_path / "out.txt"
+    run_task(spec(tmp_path, f"seq 1 100000; echo done > {out}"))  # more than a pipe holds
+    assert out.read_text() == "done\n"
+    with pytest.raises(JobFailed) as failed:
+        run_task(spec(tmp_path, "echo oops; exit 1", key="k2"))
+    assert failed.value.outcome.tail.startswith(
+        f"(its log {tmp_path}/logs/k2.log could not be written: FileExistsError"
+    )
+
+
+def test_keep_log_creates_a_missing_log_and_keeps_a_written_one(tmp_path: Path) -> None:
+    missing, written = tmp_path / "a/b/x.log", tmp_path / "y.log"
+    written.write_text("kept\n")
+    keep_log(str(missing))
+    keep_log(str(written))
+    assert missing.read_bytes() == b"" and written.read_text() == "kept\n"
+
+
+def test_a_job_that_prints_is_still_measured_by_the_kernel(tmp_path: Path) -> None:
+    # The output is copied while the job runs, without reaping it: os.wait4 still gets
+    # the job's CPU time (the usage report's figures).
+    script = "echo start; python3 -c 'x = 0\nfor i in range(3_000_000): x += i'; echo end"
+    outcome, usage = worker_task.run_measured(spec(tmp_path, script))
+    assert outcome.returncode == 0
+    assert usage is not None and usage.cpu > 0.05, usage
+    assert (tmp_path / "logs/k1.log").read_text() == "start\nend\n"

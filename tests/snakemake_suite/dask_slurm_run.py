@@ -208,15 +208,23 @@ def switch_shellcmd(kwargs: dict[str, Any], run_dir: str) -> str:
     return "dask-slurm (subprocess)"
 
 
+#: Where the workers of one test's runs record each task they ran (the plugin's timing
+#: hook, snakemake_executor_plugin_dask_slurm/worker/timing.py): a line per task.
+TASKS_DIR = "dask-slurm-tasks"
+
+
 def dask_usage(test_dir: str) -> tuple[int, int]:
     """(Dask clusters started, jobs run on them) by the switched calls of one test: a
-    started cluster leaves logs/scheduler.log in its run directory, every job that went
-    to Dask a log under logs/jobs/ (the plugin starts its cluster lazily, so a run with
-    nothing to do leaves neither)."""
-    clusters = jobs = 0
-    for run_dir in Path(test_dir).glob("dask-slurm-run-*"):
-        clusters += (run_dir / "logs" / "scheduler.log").is_file()
-        jobs += sum(1 for _ in (run_dir / "logs" / "jobs").rglob("*.log"))
+    started cluster leaves logs/scheduler.log in its run directory, every task a worker
+    ran a line in TASKS_DIR (the plugin starts its cluster lazily, so a run with nothing
+    to do leaves neither; a job that succeeds silently leaves no job log to count)."""
+    clusters = sum(
+        (run_dir / "logs" / "scheduler.log").is_file()
+        for run_dir in Path(test_dir).glob("dask-slurm-run-*")
+    )
+    jobs = sum(
+        len(path.read_bytes().splitlines()) for path in (Path(test_dir) / TASKS_DIR).glob("*.tsv")
+    )
     return clusters, jobs
 
 
@@ -342,6 +350,7 @@ def _snakemake_suite(
     record["tmp"] = test_dir
 
     monkeypatch.setenv(TOKEN_VAR, token)
+    monkeypatch.setenv("DASK_SLURM_TIMING_TASKS", os.path.join(test_dir, TASKS_DIR))
     monkeypatch.setenv("TMPDIR", test_dir)
     monkeypatch.setattr(tempfile, "tempdir", test_dir)
 
