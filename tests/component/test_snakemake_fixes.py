@@ -382,3 +382,39 @@ def test_a_workflow_that_never_schedules_is_not_kept_alive(
     gc.collect()
     assert gone() is None  # the entry holds the executor weakly
     assert first_round._take(workflow) == [] and first_round._waiting == []
+
+
+def test_snakemakes_ilp_selector_reads_the_remaining_jobs_alike(
+    dag_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one selector that reads the remaining jobs, Snakemake's ILP, chooses the same
+    jobs from the sequence made when first read as from the list (temp files make it read
+    them: the remaining consumers of each temp file)."""
+    import logging
+
+    from snakemake.scheduling.milp import Scheduler, SchedulerSettings
+
+    text = (
+        'rule all:\n    input: expand("c{i}.txt", i=range(6))\n'
+        'rule c:\n    input: "t{i}.txt", "t0.txt"\n    output: "c{i}.txt"\n'
+        '    shell: "true"\n'
+        'rule t:\n    output: temp("t{i}.txt")\n    shell: "true"\n'
+    )
+    dag = dag_of(text, [], "ilp")
+    dag.update_priority()  # as DAG.postprocess() does before a run is scheduled
+    jobs = list(dag.jobs)
+    ready = [job for job in jobs if job.rule.name == "c"]  # each reads temp files
+    sizes = {f: 10**9 * (1 + int(f[1])) for job in jobs for f in job.input if f.startswith("t")}
+    resources = {"_cores": 3, "_nodes": 3, "_job_count": 3}
+    made: list[int] = []
+
+    def make() -> list[Any]:
+        made.append(1)
+        return jobs
+
+    ilp = Scheduler(dag, SchedulerSettings(), logging.getLogger("test"))
+    from_list = ilp.select_jobs(ready, jobs, resources, sizes)
+    lazily = ilp.select_jobs(ready, remaining_jobs.RemainingJobs(make), resources, sizes)
+    assert made == [1]  # read, and made once
+    assert from_list is not None and len(from_list) == 3
+    assert lazily == from_list
