@@ -178,3 +178,26 @@ def makespan(task_spans: Sequence[tuple[float, float]]) -> float | None:
     if not task_spans:
         return None
     return max(end for _, end in task_spans) - min(start for start, _ in task_spans)
+
+
+def phases(events: Events, launched: float, wall: float) -> dict[str, float] | None:
+    """Where a run's wall time went, in seconds (None without the events):
+
+    - ``start_to_executor``: the command started -> the executor constructed (Python and
+      Snakemake start-up, parsing, the DAG);
+    - ``executor_to_first_job``: -> the first job handed over (the first scheduling
+      round, the cluster's start);
+    - ``dispatch``: -> the last job the executor ran reported to Snakemake;
+    - ``target_rule``: -> Snakemake called the executor's shutdown (what Snakemake does
+      after the last job: the local target rule, ``rule all``, and its bookkeeping);
+    - ``shutdown``: the executor's shutdown;
+    - ``exit``: -> the process ended.
+    """
+    if events.init is None or not events.submits or not events.told or events.shutdown is None:
+        return None
+    first, last = min(events.submits.values()), max(events.told.values())
+    marks = [launched, events.init, first, last, events.shutdown[0], events.shutdown[1]]
+    names = ("start_to_executor", "executor_to_first_job", "dispatch", "target_rule", "shutdown")
+    found = {name: round(b - a, 3) for name, a, b in zip(names, marks[:-1], marks[1:], strict=True)}
+    found["exit"] = round(launched + wall - events.shutdown[1], 3)
+    return found

@@ -54,6 +54,8 @@ class RunResult:
     slots: int | None = None
     #: name -> {"count", "p50_ms", "p99_ms", "max_ms"}
     latency: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: where the wall time went (analysis.phases)
+    phases: dict[str, float] | None = None
     makespan_seconds: float | None = None
     ideal_makespan_seconds: float | None = None
     leftovers: list[str] = field(default_factory=list)

@@ -233,6 +233,7 @@ class Runner:
         log.parent.mkdir(parents=True, exist_ok=True)
         result.argv, result.log, result.profiled = argv, str(log), self.args.profile
         result.plugin_revision = results.plugin_revision(HERE.parent)
+        launched = time.time()
         measured = run_measured(
             argv,
             workdir,
@@ -243,7 +244,7 @@ class Runner:
             progress=Progress(lambda: workload.outputs_written(workdir), workload.rules),
             on_timeout=(lambda: slurm.scancel(job_name, env)) if contender.in_allocation else None,
         )
-        self.record(result, measured, workload, contender, events, workdir)
+        self.record(result, measured, workload, contender, events, workdir, launched)
         if not self.args.keep_workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
         return result
@@ -256,6 +257,7 @@ class Runner:
         contender: Contender,
         events_path: Path,
         workdir: Path,
+        launched: float,
     ) -> None:
         produced = check(workload, workdir)
         result.outputs_expected, result.outputs_correct = produced.expected, produced.correct
@@ -270,6 +272,7 @@ class Runner:
         if contender.dask:
             events = analysis.parse_events(events_path, workdir / "worker-tasks")
             self.record_events(result, events)
+            result.phases = analysis.phases(events, launched, measured.wall_seconds)
         if workload.kind == "farm" and result.slots:
             result.makespan_seconds = analysis.makespan(produced.task_spans)
             result.ideal_makespan_seconds = ideal_makespan(workload.durations(), result.slots)
@@ -325,6 +328,8 @@ def one_line(r: RunResult) -> str:
             f", Snakemake's post-processing held its lock up to {hold['max_ms']:.0f} ms "
             f"(up to {hold['max_jobs']} jobs at once)"
         )
+    if r.phases:
+        figures += ", phases s: " + " ".join(f"{k}={v:.1f}" for k, v in r.phases.items())
     if r.leftovers:
         figures += f", LEFT {len(r.leftovers)} PROCESS(ES) RUNNING (ended by the harness)"
     if r.ran_twice or r.noticed_twice:
