@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import subprocess
 import time
 from typing import IO, Any
 
@@ -99,12 +98,12 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def copy_output(proc: subprocess.Popen[bytes], log: JobLog) -> None:
-    """Copy the job's output into its log as it comes, until the output ends, or until the
-    job's shell has exited while something it left in the background holds the output
-    open (the caller then ends that with the job's process group, as for any job)."""
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
+def copy_output(pid: int, output: IO[bytes], log: JobLog) -> None:
+    """Copy the output of the job whose shell is ``pid`` into its log as it comes, until
+    the output ends, or until the shell has exited while something it left in the
+    background holds the output open (the caller then ends that with the job's process
+    group, as for any job)."""
+    fd = output.fileno()
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     timeout = int(OUTPUT_POLL_SECONDS * 1000)
@@ -118,18 +117,18 @@ def copy_output(proc: subprocess.Popen[bytes], log: JobLog) -> None:
             if time.monotonic() < look_at:
                 continue
         look_at = time.monotonic() + OUTPUT_POLL_SECONDS
-        if _exited(proc.pid):
+        if _exited(pid):
             return
 
 
-def drain(proc: subprocess.Popen[bytes], log: JobLog) -> None:
+def drain(output: IO[bytes] | None, log: JobLog) -> None:
     """What is left in the job's output, without waiting for a writer still alive (a
     daemon in a session of its own: the orphan scan ends it); then the pipe is closed."""
-    if proc.stdout is None or proc.stdout.closed:
+    if output is None or output.closed:
         return
-    fd = proc.stdout.fileno()
+    fd = output.fileno()
     os.set_blocking(fd, False)
     with contextlib.suppress(BlockingIOError, OSError):
         while data := os.read(fd, _CHUNK):
             log.write(data)
-    proc.stdout.close()
+    output.close()

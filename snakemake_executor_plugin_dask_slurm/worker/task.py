@@ -193,11 +193,12 @@ def _run_cold_after_loss(
     cold = _popen(spec)
     _register(spec.key, cold, started)
     try:
-        copy_output(cold, log)
+        assert cold.stdout is not None
+        copy_output(cold.pid, cold.stdout, log)
         returncode = _reap(cold)
     finally:
         _signal_group(cold, signal.SIGKILL)
-        drain(cold, log)
+        drain(cold.stdout, log)
     return returncode, f"its warm process died while it ran ({reason}): run again", log
 
 
@@ -228,8 +229,8 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
     returncode = -1
     try:
         try:
-            if log is not None:
-                copy_output(proc, log)  # type: ignore[arg-type]
+            if isinstance(proc, subprocess.Popen) and proc.stdout is not None and log:
+                copy_output(proc.pid, proc.stdout, log)
             returncode, rusage = _wait(proc)
             if isinstance(proc, WarmProc):
                 floor = proc.floor_kb or floor
@@ -246,7 +247,7 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         _signal_group(last, signal.SIGKILL)
         if log is not None:
             if isinstance(proc, subprocess.Popen):
-                drain(proc, log)
+                drain(proc.stdout, log)
             log.close(keep=returncode != 0)
         timing.task_done(spec.key, started, time.time())
     usage = None
