@@ -71,6 +71,16 @@ def check_outputs(workdir: Path, count: int, seconds: int) -> Counter[str]:
     return nodes
 
 
+def finished_on_nodes(workdir: Path) -> Counter[str]:
+    """How many outputs each node has finished so far (a finished one ends ``node=``)."""
+    nodes: Counter[str] = Counter()
+    for path in (workdir / "out").glob("*.txt") if (workdir / "out").exists() else []:
+        last = path.read_text().rstrip("\n").rpartition("\n")[2]
+        if last.startswith("node="):
+            nodes[last.removeprefix("node=")] += 1
+    return nodes
+
+
 def snakemake_argv(*args: str) -> list[str]:
     return [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "100", *args]
 
@@ -216,10 +226,13 @@ def test_scancel_of_a_running_worker_job_loses_no_job(
         deadline = time.monotonic() + 120
         while victim is None and time.monotonic() < deadline and proc.poll() is None:
             running = [j for j in slurm_cluster.squeue_jobs() if j.state == "RUNNING"]
-            out_dir = workdir / "out"
-            outputs = list(out_dir.glob("*.txt")) if out_dir.exists() else []
-            if len(running) == 2 and len(outputs) >= 4:
-                victim = running[0].job_id
+            # A worker job alone on its node that has finished jobs there, so its worker
+            # is in the farm and running jobs (not one whose worker is just joining).
+            done_on = finished_on_nodes(workdir)
+            alone = [j for j in running if [k.nodes for k in running].count(j.nodes) == 1]
+            busy = [j for j in alone if done_on.get(j.nodes, 0) >= 2]
+            if len(running) == 2 and busy:
+                victim = busy[0].job_id
             time.sleep(0.2)
     finally:
         if victim is None:

@@ -178,7 +178,9 @@ class Dispatcher:
 
     def _on_started_event(self, event: tuple[float, Any]) -> None:
         keys = event[1] if isinstance(event, tuple) and len(event) == 2 else None
-        if isinstance(keys, list):
+        # A list as the worker sent it, or a tuple: how it arrives depends on the route
+        # (msgpack in the scheduler's event log turns lists into tuples, as in sbatch mode).
+        if isinstance(keys, (list, tuple)):
             with self._lock:
                 self._started.update(k for k in keys if k in self._pending or k in self._lost)
 

@@ -248,3 +248,22 @@ def test_a_job_too_late_for_its_worker_comes_back_to_go_elsewhere(
     assert finished.too_late and not finished.ok and finished.outcome is None
     assert finished.problem and finished.problem.startswith("not started: it needs about 60 s")
     assert not (tmp_path / "late.started").exists()
+
+
+def test_a_worker_says_which_jobs_started_whatever_the_events_container(
+    client: Client, tmp_path: Path
+) -> None:
+    # The worker reports started jobs once a second (worker.task._report_started); a lost
+    # worker's jobs are told "running" or "waiting" from it. The keys arrive as a list
+    # in-process and as a tuple through a scheduler on another host (msgpack): both count.
+    dispatcher = Dispatcher(client, lambda: None)
+    specs = [(spec(tmp_path, key, "sleep 30"), {"cpus": 1}) for key in ("a", "b", "c")]
+    dispatcher.submit_many(specs)
+    try:
+        assert not any(dispatcher.ran(key) for key in ("a", "b", "c"))
+        dispatcher._on_started_event((time.time(), ("a",)))
+        dispatcher._on_started_event((time.time(), ["b", "not-a-job-of-this-run"]))
+        assert dispatcher.ran("a") and dispatcher.ran("b") and not dispatcher.ran("c")
+        assert not dispatcher.ran("not-a-job-of-this-run")
+    finally:
+        dispatcher.stop(["a", "b", "c"])
