@@ -527,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--pass-timeout",
         type=int,
-        default=1200,
+        default=1800,
         help="seconds for a whole pass before it is stopped",
     )
     ap.add_argument("--jobs", type=int, default=10, help="--jobs (nodes) given to dask-slurm")

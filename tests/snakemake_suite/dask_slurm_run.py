@@ -81,10 +81,14 @@ def executor_settings(cores: int, run_dir: str) -> Any:
     cluster gets exactly that many CPUs, as the local executor would use (it
     oversubscribes a smaller machine too: test_threads runs a 20-thread job). The run
     directory (logs) is outside the workflow's directory, so that it survives run()'s
-    clean-up and can be counted (:func:`dask_usage`)."""
+    clean-up and can be counted (:func:`dask_usage`). No usage report: it is the plugin's
+    own page, tested by its own end-to-end tests (which all run with it on); here it would
+    cost about a fifth of the pass (bokeh imported and a page written per run)."""
     from snakemake_executor_plugin_dask_slurm import ExecutorSettings
 
-    return ExecutorSettings(cluster="local", cpus=max(1, int(cores)), run_dir=Path(run_dir))
+    return ExecutorSettings(
+        cluster="local", cpus=max(1, int(cores)), run_dir=Path(run_dir), no_usage_report=True
+    )
 
 
 def switch_api_call(kwargs: dict[str, Any], run_dir: str) -> str:
@@ -202,6 +206,7 @@ def switch_shellcmd(kwargs: dict[str, Any], run_dir: str) -> str:
     cpus = next((v for v in (cores, jobs) if v is not None and v.isdigit()), str(DEFAULT_CORES))
     extra = ["--executor", "dask-slurm", "--dask-slurm-cluster", "local"]
     extra += ["--dask-slurm-cpus", cpus, "--dask-slurm-run-dir", run_dir]
+    extra += ["--dask-slurm-no-usage-report"]  # see executor_settings
     if jobs is None:
         extra += ["--jobs", str(JOBS)]
     kwargs["shellcmd"] = "snakemake " + shlex.join(extra) + cmd[len("snakemake") :]
