@@ -90,12 +90,23 @@ def started(workdir: Path) -> int:
 
 
 def worker_pids(name: str, where: str) -> list[int]:
-    """Live ``dask worker`` processes named ``name`` whose command line mentions ``where``."""
-    return [
+    """Live ``dask worker`` processes named ``name`` whose command line mentions ``where``;
+    not a worker's own fork that has not yet become the job it starts (it still shows the
+    worker's command line for a moment)."""
+    found = [
         pid
         for pid, cmd in live_processes("no-token", where)
         if "distributed.cli.dask_worker" in cmd and f"--name {name} " in cmd
     ]
+    return [pid for pid in found if _parent(pid) not in found]
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def children(pid: int) -> list[int]:
