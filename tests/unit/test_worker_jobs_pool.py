@@ -133,6 +133,33 @@ def test_a_lasting_backlog_submits_and_a_job_is_seen_to_start_join_and_retire(
     pool.slurm.end("100")
     pool.tick(at + 12 + POLL_SECONDS)
     assert pool.jobs.jobs["100"].end == "retired" and pool.warned == []
+
+
+def test_a_job_whose_workers_join_one_step_after_the_other_is_announced_as_they_come(
+    tmp_path: Path,
+) -> None:
+    """Nodes of two sizes start two srun steps, which join independently: the run says
+    so each time more of the job's workers are in, and counts the job's wait once."""
+    pool = Pool(tmp_path, idle=60.0)
+    pool.scheduler.waiting_cpus = 12.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)
+    pool.slurm.start("100", "n1,n2,n3")
+    at = GROW_AFTER + POLL_SECONDS + 1
+    pool.tick(at)
+    pool.scheduler.workers = {"j100-n1": 2, "j100-n2": 2}
+    pool.tick(at + 1)
+    pool.scheduler.workers = {"j100-n1": 2, "j100-n2": 2, "j100-n3": 4}
+    pool.tick(at + 2)
+    pool.tick(at + 3)
+    joined = [line for line in pool.said if line.startswith("worker job 100: ")]
+    assert [line.split(" s after")[0] for line in joined] == [
+        "worker job 100: 2 worker(s) joined (j100-n1, j100-n2), "
+        f"{at + 1 - GROW_AFTER:.0f}",
+        "worker job 100: 3 worker(s) joined (j100-n1, j100-n2, j100-n3), "
+        f"{at + 2 - GROW_AFTER:.0f}",
+    ], pool.said
+    assert len(pool.jobs.waits) == 1
     summary = pool.jobs.summary()
     assert summary is not None and summary.startswith("worker jobs: 2 submitted, 1 ran")
 

@@ -167,6 +167,9 @@ class TrackedJob:
     action_at: float | None = None
     idle_since: float | None = None
     workers: set[str] = field(default_factory=set)
+    #: How many of its workers the run has announced as joined (a job of nodes of
+    #: different sizes starts one srun step per size; they join one after the other).
+    announced: int = 0
     #: Its end, from squeue's time left (None: no time limit, or not running yet).
     end_at: float | None = None
     #: The job submitted to replace it before it lands, and the one it replaces.
@@ -434,11 +437,13 @@ class WorkerJobs:
                 continue
             if job.joined is None:
                 job.joined = now
-                waited = now - job.submitted
-                self.waits.append(waited)
+                self.waits.append(now - job.submitted)
+            if len(job.workers) > job.announced:
+                job.announced = len(job.workers)
                 self.say(
-                    f"worker job {job_id}: {len(counts)} worker(s) joined "
-                    f"({', '.join(sorted(job.workers))}), {waited:.0f} s after submission"
+                    f"worker job {job_id}: {len(job.workers)} worker(s) joined "
+                    f"({', '.join(sorted(job.workers))}), "
+                    f"{now - job.submitted:.0f} s after submission"
                 )
             busy = any(counts)
             job.idle_since = None if busy else (job.idle_since or now)
