@@ -154,8 +154,7 @@ def test_a_job_whose_workers_join_one_step_after_the_other_is_announced_as_they_
     pool.tick(at + 3)
     joined = [line for line in pool.said if line.startswith("worker job 100: ")]
     assert [line.split(" s after")[0] for line in joined] == [
-        "worker job 100: 2 worker(s) joined (j100-n1, j100-n2), "
-        f"{at + 1 - GROW_AFTER:.0f}",
+        f"worker job 100: 2 worker(s) joined (j100-n1, j100-n2), {at + 1 - GROW_AFTER:.0f}",
         "worker job 100: 3 worker(s) joined (j100-n1, j100-n2, j100-n3), "
         f"{at + 2 - GROW_AFTER:.0f}",
     ], pool.said
