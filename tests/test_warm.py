@@ -84,6 +84,13 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     assert "went the cold way" not in said["warm"], said["warm"]
     assert "because the warm path is off (--dask-slurm-no-warm)" in said["cold"], said["cold"]
     assert list((tmp_path / "warm/.snakemake/dask-slurm/logs").glob("warm-*.log"))
+    # the group job's usage counts its run: member's 0.5 s of CPU, warm (the member is the
+    # zygote's fork, not the group job's) as cold (its own Snakemake's child)
+    for way in ("warm", "cold"):
+        jobs = tmp_path / way / ".snakemake/dask-slurm/usage/latest/jobs.tsv"
+        header, *rows = (line.split("\t") for line in jobs.read_text().splitlines())
+        groups = [dict(zip(header, row, strict=True)) for row in rows if row[0][:6] == "group "]
+        assert len(groups) == 1 and float(groups[0]["cpu_s"]) >= 0.5, (way, groups)
 
 
 def warm_processes(workdir: Path) -> list[int]:

@@ -99,6 +99,11 @@ class Zygote:
         #: File descriptors a member's request came with, until it started or went cold.
         self.fds: dict[str, list[int]] = {}
         self.members: dict[int, Member] = {}
+        #: A group's warm member (its task key) -> the group job's task key; and what the
+        #: group's members used so far, added to the group job's own figures when it ends
+        #: (cold, they would be its waited-for descendants, counted by its ``wait4``).
+        self.member_of: dict[str, str] = {}
+        self.members_used: dict[str, tuple[float, int, int]] = {}
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -137,6 +142,7 @@ class Zygote:
             self.settle(task)
             self.send({"op": "cold", "key": task, "reason": reason})
             self.origins.pop(task, None)
+            self.member_of.pop(task, None)  # cold, it is a process of its group job
             return
         pid = self.by_key.get(key)
         server = self.servers.get(pid) if pid is not None else None
@@ -199,8 +205,8 @@ class Zygote:
             self.send({"op": "started", "key": task, "pid": msg.get("pid")})
         elif op == "exited":
             server.running.discard(task)
-            exited = {"op": "exited", "key": task, "status": msg.get("status")}
-            self.send(exited | {"usage": msg.get("usage")})
+            usage = self.add_members(task, msg.get("usage"))
+            self.send({"op": "exited", "key": task, "status": msg.get("status"), "usage": usage})
             self.origins.pop(task, None)
         elif op == "unsupported":
             reason = str(msg.get("reason"))
@@ -219,6 +225,16 @@ class Zygote:
             request = self.requests.pop(task, None)
             if request is not None:
                 self.run(request)
+
+    def add_members(self, task: str, usage: Any) -> Any:
+        """A member's figures are kept for its group job; a group job's get its members'."""
+        group = self.member_of.pop(task, None)
+        if group is not None:
+            if _is_usage(usage):
+                self.members_used[group] = _together(self.members_used.get(group), usage)
+            return usage
+        used = self.members_used.pop(task, None)
+        return _together(used, usage) if used is not None and _is_usage(usage) else usage
 
     def retire(self, server: ServerHandle) -> None:
         if not server.retired:
@@ -247,6 +263,9 @@ class Zygote:
         for task in sorted(server.running):
             self.send({"op": "lost", "key": task, "reason": how})
             self.origins.pop(task, None)
+        for task in (*server.sent, *server.running):
+            self.member_of.pop(task, None)
+            self.members_used.pop(task, None)
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -319,6 +338,8 @@ class Zygote:
                 continue
             if not all(k in msg for k in ("key", "argv", "env", "cwd")):
                 continue  # not a member's request
+            if msg.get("marker"):
+                self.member_of[str(msg["key"])] = str(msg["marker"])
             wanted = int(msg.get("fds") or 0)
             self.fds[str(msg["key"])], found.fds = found.fds[:wanted], found.fds[wanted:]
             self.run(msg, found.outbox)
@@ -360,6 +381,20 @@ def _reap(pid: int) -> str:
             return f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         time.sleep(0.005)
     return "closed its connection"
+
+
+def _is_usage(usage: Any) -> bool:
+    return isinstance(usage, list | tuple) and len(usage) == 3
+
+
+def _together(a: Any, b: Any) -> tuple[float, int, int]:
+    """Two processes' ``(cpu seconds, peak RSS, RSS floor)`` as ``wait4`` of a parent
+    that waited for both would give them: CPU added, the larger peak (with its floor)."""
+    if a is None:
+        return (float(b[0]), int(b[1]), int(b[2]))
+    cpu = float(a[0]) + float(b[0])
+    peak = a if int(a[1]) >= int(b[1]) else b
+    return (cpu, int(peak[1]), int(peak[2]))
 
 
 def _own_roots() -> tuple[str, ...]:

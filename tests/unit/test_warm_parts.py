@@ -183,3 +183,21 @@ def test_the_snakemake_internals_the_warm_path_uses_are_there() -> None:
     source = Path(Workflow.__post_init__.__code__.co_filename).read_text()
     for name in ("_snakemake_tmp_dir", "_async_runners", "_async_executor", "_async_lock"):
         assert f"self.{name} =" in source, name
+
+
+def test_a_groups_warm_members_are_counted_as_wait4_would_count_its_children() -> None:
+    """(cpu seconds, peak RSS, RSS floor): CPU adds up, the larger peak wins with its own
+    floor; a member's figures go to its group job, and a job without members is unchanged."""
+    from snakemake_executor_plugin_dask_slurm.warm.zygote import Zygote, _together
+
+    assert _together(None, [1.5, 300, 80]) == (1.5, 300, 80)
+    assert _together((1.5, 300, 80), [0.25, 90, 85]) == (1.75, 300, 80)
+    assert _together((0.25, 90, 85), (1.5, 300, 80)) == (1.75, 300, 80)
+    zygote = Zygote.__new__(Zygote)  # only its bookkeeping: no socket, no fork
+    zygote.member_of, zygote.members_used = {"g/member1-7": "g", "g/member2-7": "g"}, {}
+    assert zygote.add_members("g/member1-7", [0.5, 200, 90]) == [0.5, 200, 90]
+    assert zygote.add_members("g/member2-7", [0.5, 100, 90]) == [0.5, 100, 90]
+    assert zygote.add_members("g", [0.25, 150, 95]) == (1.25, 200, 90)
+    assert zygote.add_members("other", [0.25, 150, 95]) == [0.25, 150, 95]
+    assert zygote.add_members("g/member3-7", None) is None  # not a member: left as it is
+    assert zygote.member_of == {} and zygote.members_used == {}
