@@ -12,7 +12,8 @@ whole round trip: request, fork, Snakemake's main() on the parsed workflow, exit
 for a `run:` and a `script:` job, next to the script's own interpreter (the generated
 script run alone) and the cold way. `farm`: wall time of N thin rules with plain flags:
 ``snakemake --cores 2`` vs ``snakemake --executor dask-slurm --jobs N`` (warm, or cold with
---dask-slurm-no-warm). `group`: a group of four 2-s `run:` members on 4 CPUs, the group
+--dask-slurm-no-warm), and the CPU per job of all the run's processes and of Snakemake's
+own. `group`: a group of four 2-s `run:` members on 4 CPUs, the group
 task's time on its worker. `memory`: RSS and PSS of the warm processes of one worker while
 jobs run (copy-on-write after fork). Every figure is printed with `uptime` (the machine is
 shared). It exits 0 whatever the timings are.
@@ -21,14 +22,17 @@ shared). It exits 0 whatever the timings are.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -90,10 +94,42 @@ def farm(kind: str, n: int, ways: list[str]) -> None:
     for way in ways:
         where = workflow(kind, n)
         try:
-            took = snakemake(where, *WAYS[way](n))
-            print(f"farm {kind} x{n} {way}: {took:.1f} s ({uptime()})", flush=True)
+            took, cpu, main = measured(where, *WAYS[way](n))
+            print(
+                f"farm {kind} x{n} {way}: {took:.1f} s; CPU per job {cpu / n * 1000:.0f} ms "
+                f"(all processes), of which Snakemake's own process {main / n * 1000:.0f} ms "
+                f"({uptime()})",
+                flush=True,
+            )
         finally:
             shutil.rmtree(where, ignore_errors=True)
+
+
+def measured(where: Path, *args: str) -> tuple[float, float, float]:
+    """One run's wall seconds, the CPU seconds of all its processes (those reaped by their
+    parents: Dask's, the warm processes', the jobs'), and of Snakemake's own process (its
+    last reading in /proc before it ended, every 0.1 s)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.monotonic()
+    proc = subprocess.Popen(
+        [SNAKEMAKE, *args], cwd=where, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    tick, main = os.sysconf("SC_CLK_TCK"), 0.0
+    reader = threading.Thread(target=proc.communicate, daemon=True)  # drains its output
+    reader.start()
+    while proc.poll() is None:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            main = (int(fields[11]) + int(fields[12])) / tick
+        time.sleep(0.1)
+    took = time.monotonic() - began
+    reader.join()
+    if proc.returncode:
+        raise SystemExit(f"snakemake {' '.join(args)} failed in {where}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return took, cpu, main
 
 
 def job_commands(kind: str, n: int) -> tuple[Path, list[dict[str, object]]]:
