@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from snakemake_executor_plugin_dask_slurm.worker import proctree
 from tests.conftest import live_processes
 
 
@@ -98,15 +99,8 @@ def worker_pids(name: str, where: str) -> list[int]:
         for pid, cmd in live_processes("no-token", where)
         if "distributed.cli.dask_worker" in cmd and f"--name {name} " in cmd
     ]
-    return [pid for pid in found if _parent(pid) not in found]
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
+    table = proctree.scan()
+    return [pid for pid in found if pid in table and table[pid].ppid not in found]
 
 
 def children(pid: int) -> list[int]:

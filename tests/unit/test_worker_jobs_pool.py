@@ -133,6 +133,8 @@ def test_a_lasting_backlog_submits_and_a_job_is_seen_to_start_join_and_retire(
     pool.slurm.end("100")
     pool.tick(at + 12 + POLL_SECONDS)
     assert pool.jobs.jobs["100"].end == "retired" and pool.warned == []
+    summary = pool.jobs.summary()
+    assert summary is not None and summary.startswith("worker jobs: 2 submitted, 1 ran")
 
 
 def test_a_job_whose_workers_join_one_step_after_the_other_is_announced_as_they_come(
@@ -159,8 +161,6 @@ def test_a_job_whose_workers_join_one_step_after_the_other_is_announced_as_they_
         f"{at + 2 - GROW_AFTER:.0f}",
     ], pool.said
     assert len(pool.jobs.waits) == 1
-    summary = pool.jobs.summary()
-    assert summary is not None and summary.startswith("worker jobs: 2 submitted, 1 ran")
 
 
 def test_a_job_that_ends_under_the_run_is_told_once(tmp_path: Path) -> None:
