@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -70,8 +71,11 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     outputs = {way: files(tmp_path / way / "out") for way in ways}
     assert outputs["warm"] == outputs["local"], said["warm"]
     assert outputs["cold"] == outputs["local"], said["cold"]
-    # 4 run: and their logs, script: and its log, wrapper, bench, shadow, retried, group a, b
-    assert len(outputs["local"]) == 16, sorted(outputs["local"])
+    # 4 run: and their logs, script: and its log, wrapper, bench, shadow, retried, group a, b,
+    # the scripts inspect and threaded, the logs of fails_script and exits_script
+    assert len(outputs["local"]) == 20, sorted(outputs["local"])
+    assert outputs["local"]["threaded.txt"] == b"written by the thread; daemon forked True\n"
+    check_scripts(tmp_path, ways, said)
     assert outputs["local"]["retried.txt"] == b"mem_mb=200\n"
     assert outputs["local"]["shadow.txt"] == b"True True\n"
     headers = {way: (tmp_path / way / "bench/run.tsv").read_text().splitlines() for way in ways}
@@ -91,6 +95,63 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
         header, *rows = (line.split("\t") for line in jobs.read_text().splitlines())
         groups = [dict(zip(header, row, strict=True)) for row in rows if row[0][:6] == "group "]
         assert len(groups) == 1 and float(groups[0]["cpu_s"]) >= 0.5, (way, groups)
+
+
+def script_failures(text: str) -> list[tuple[str, str]]:
+    """(the generated script's name, the exit status) of each failed script's command."""
+    found = re.findall(
+        r"Command 'set -euo pipefail;  (\S+) \S+/\.snakemake/scripts/tmp\w+\.(\w+\.py)' "
+        r"returned non-zero exit status (\d+)\.",
+        text,
+    )
+    assert {python for python, _, _ in found} == {str(VENV_BIN / "python")}, found
+    return sorted({(name, status) for _, name, status in found})
+
+
+def traceback_of(text: str) -> list[str]:
+    """The failed script's traceback, its generated file's random name left out."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Traceback"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("ValueError"))
+    return [re.sub(r"/\S+/tmp\w+\.", "SCRIPTS/tmp.", line) for line in lines[start : end + 1]]
+
+
+def check_scripts(tmp_path: Path, ways: dict[str, tuple[str, ...]], said: dict[str, str]) -> None:
+    """Python scripts: the same failures the same way, and warm in a process forked from
+    the zygote with the environment a cold job's script gets."""
+    expected = [("exits.py", "3"), ("fails.py", "1")]
+    for way in ways:
+        assert script_failures(said[way]) == expected, said[way]
+    logs = {
+        way: {
+            rule: next(
+                (tmp_path / way / ".snakemake/dask-slurm/logs/jobs").glob(f"{rule}.*")
+            ).read_text()
+            for rule in ("fails_script", "exits_script", "inspect")
+        }
+        for way in ("warm", "cold")
+    }
+    failed = traceback_of(said["local"])
+    assert failed[-1] == "ValueError: script fails on purpose" and len(failed) == 6, failed
+    for way in ("warm", "cold"):
+        assert traceback_of(logs[way]["fails_script"]) == failed, logs[way]["fails_script"]
+        assert "exiting on stdout" in logs[way]["exits_script"]
+        assert "inspect says hello on stdout" in logs[way]["inspect"]
+    proof = {way: json.loads((tmp_path / way / "proof/inspect.json").read_text()) for way in ways}
+    assert "warm.zygote" in proof["warm"]["parent"], proof["warm"]["parent"]  # the fast path
+    assert all("warm.zygote" not in proof[way]["parent"] for way in ("cold", "local"))
+
+    def environment(way: str) -> dict[str, str]:
+        per_run = {"DASK_SLURM_JOB", "DASK_SLURM_OWNER_PID", "__DASK_PARENT_PID"}
+        env = proof[way]["env"]
+        return {k: v.replace(str(tmp_path / way), "WD") for k, v in env.items() if k not in per_run}
+
+    assert environment("warm") == environment("cold")
+    for way in ("warm", "cold"):  # the script's CPU is its job's (a zygote's child, warm)
+        jobs = tmp_path / way / ".snakemake/dask-slurm/usage/latest/jobs.tsv"
+        header, *rows = (line.split("\t") for line in jobs.read_text().splitlines())
+        threaded = [dict(zip(header, r, strict=True)) for r in rows if r[0].startswith("threaded")]
+        assert len(threaded) == 1 and float(threaded[0]["cpu_s"]) >= 0.5, (way, threaded)
 
 
 def warm_processes(workdir: Path) -> list[int]:
@@ -155,8 +216,10 @@ def drive_faults(workdir: Path, proc: subprocess.Popen[str]) -> str:
     (workdir / "config.yaml").write_text("value: new\n")
     (workdir / "helper.py").write_text('MODULE_VALUE = "new"\n')
     (workdir / "go").touch()
-    # The warm processes are killed under `victim`: its copy ends, then it runs cold.
+    # The warm processes are killed under `victim` and `script_victim` (while its script
+    # runs, in a process forked from the zygote): each copy ends, then each runs cold.
     wait_for(workdir / "events.log", proc)
+    wait_for(workdir / "script_events.log", proc)
     zygotes = warm_processes(workdir)
     assert zygotes, "no warm process"
     for zygote in zygotes:
@@ -175,18 +238,20 @@ def drive_faults(workdir: Path, proc: subprocess.Popen[str]) -> str:
 def check_faults(workdir: Path, code: int | None, output: str) -> None:
     assert code == 1, output  # segv failed
     assert (workdir / "out/edited.txt").read_text() == "old new new\n", output
-    lines = (workdir / "out/victim.txt").read_text().splitlines()
-    pids = {line.split()[1] for line in lines}
-    assert len(pids) == 1 and [line.split()[0] for line in lines] == list(map(str, range(1, 11)))
-    copies: dict[str, list[float]] = {}
-    for line in (workdir / "events.log").read_text().splitlines():
-        _, pid, _, when = line.split()
-        copies.setdefault(pid, []).append(float(when))
-    assert len(copies) == 2, copies  # the killed warm copy, then the cold one
-    first, second = sorted(copies.values())
-    assert max(first) < min(second), "two copies of the job ran at once"
-    log = next((workdir / ".snakemake/dask-slurm/logs/jobs").glob("victim*.log"))
-    assert "running it the cold way" in log.read_text()
+    for victim, events in (("victim", "events.log"), ("script_victim", "script_events.log")):
+        lines = (workdir / f"out/{victim}.txt").read_text().splitlines()
+        pids = {line.split()[1] for line in lines}
+        assert len(pids) == 1, lines
+        assert [line.split()[0] for line in lines] == list(map(str, range(1, 11)))
+        copies: dict[str, list[float]] = {}
+        for line in (workdir / events).read_text().splitlines():
+            _, pid, _, when = line.split()
+            copies.setdefault(pid, []).append(float(when))
+        assert len(copies) == 2, copies  # the killed warm copy, then the cold one
+        first, second = sorted(copies.values())
+        assert max(first) < min(second), f"two copies of {victim} ran at once"
+        log = next((workdir / ".snakemake/dask-slurm/logs/jobs").glob(f"{victim}.*.log"))
+        assert "running it the cold way" in log.read_text(), victim
     assert "its warm process died while it ran" in output, output
     assert "rule segv" in output and "was killed by signal SIGSEGV" in output, output
     assert (workdir / "out/thread_side.txt").exists(), "the job ended before its thread"

@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import secrets
 import selectors
 import signal
@@ -44,7 +45,7 @@ from typing import Any, NoReturn
 
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, Outbox, encode
-from . import marker, member, snakemake_side
+from . import marker, member, script, snakemake_side
 from .child import record_signals
 from .primed import run_server, settle_threads
 from .sources import Recorder
@@ -104,6 +105,9 @@ class Zygote:
         #: (cold, they would be its waited-for descendants, counted by its ``wait4``).
         self.member_of: dict[str, str] = {}
         self.members_used: dict[str, tuple[float, int, int]] = {}
+        #: A warm job's Python script's process (a child of this one, :mod:`.script`) ->
+        #: its task key, its job's marker and where its messages go.
+        self.scripts: dict[int, tuple[str, str, Outbox]] = {}
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -161,17 +165,7 @@ class Zygote:
         task = str(first["key"])
         pid = os.fork()
         if pid == 0:
-            signal.set_wakeup_fd(-1)
-            for fd in (self.wake_r, self.wake_w):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            for other, fds in self.fds.items():
-                if other != task:
-                    member.close_fds(fds)
-            socks = (self.sock, self.listener, mine, *(h.sock for h in self.servers.values()))
-            for sock in (*socks, *(m.sock for m in self.members.values())):
-                with contextlib.suppress(OSError):
-                    sock.close()
+            self.close_in_child(task, mine)
             first = dict(first, _fds=self.fds.get(task, []))
             run_server(theirs, first, self.dispositions, self.base_env, self.recorder)
         theirs.close()
@@ -180,6 +174,68 @@ class Zygote:
         self.servers[pid] = server
         self.by_key[key] = pid
         self.selector.register(mine, selectors.EVENT_READ, pid)
+
+    def close_in_child(self, task: str, *more: socket.socket) -> None:
+        """In a process just forked from this one: close what is the zygote's (all but
+        the file descriptors ``task`` came with)."""
+        signal.set_wakeup_fd(-1)
+        for fd in (self.wake_r, self.wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        for other, fds in self.fds.items():
+            if other != task:
+                member.close_fds(fds)
+        socks = (self.sock, self.listener, *more, *(h.sock for h in self.servers.values()))
+        for sock in (*socks, *(m.sock for m in self.members.values())):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- a warm job's Python script ----------------------------------------------------------
+
+    def run_script(self, request: dict[str, Any], origin: Outbox) -> None:
+        """Fork the script's process (:mod:`.script`); it reports ``started`` and
+        ``exited`` to the job's process, or ``cold`` (then it runs it as before)."""
+        task = str(request["key"])
+        reason = script.why_zygote_cannot(request, self.base_env, script.INITIAL_PATH)
+        if reason is not None:
+            self.settle(task)
+            with contextlib.suppress(OSError):
+                origin.send({"op": "cold", "key": task, "reason": reason})
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:
+            fds = self.fds.get(task, [])
+            self.close_in_child(task)
+            script.become_script(request, fds, self.dispositions, script.INITIAL_PATH)
+        self.settle(task)
+        with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
+            os.setpgid(pid, int(request["pgid"]))
+        self.scripts[pid] = (task, str(request["marker"]), origin)
+        with contextlib.suppress(OSError):
+            origin.send({"op": "started", "key": task, "pid": pid})
+
+    def reap_scripts(self) -> None:
+        """Scripts' processes that ended: their status to their job's process, their
+        figures kept for their job (added when it ends, as ``wait4`` of its process would
+        count them cold, its shell's child)."""
+        for pid in list(self.scripts):
+            try:
+                found, status, rusage = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:
+                found, status, rusage = pid, None, None
+            if not found:
+                continue
+            task, job, origin = self.scripts.pop(pid)
+            code = os.waitstatus_to_exitcode(status) if status is not None else 1
+            if rusage is not None:
+                floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                used = (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
+                self.members_used[job] = _together(self.members_used.get(job), used)
+            with contextlib.suppress(OSError):  # that job's process is gone
+                origin.send({"op": "exited", "key": task, "status": code})
 
     def to_server(self, server: ServerHandle, msg: dict[str, Any]) -> None:
         fds = self.fds.get(str(msg.get("key")), []) if msg.get("op") == "run" else []
@@ -288,6 +344,7 @@ class Zygote:
         self.selector.register(self.listener, selectors.EVENT_READ, "listener")
         inbox = Inbox()
         while True:
+            self.reap_scripts()
             for item, _ in self.selector.select():
                 if item.data == "wake":
                     with contextlib.suppress(OSError):
@@ -334,6 +391,13 @@ class Zygote:
             member.close_fds(found.fds)
             return
         for msg in msgs:
+            if msg.get("op") == "script" and all(
+                k in msg for k in ("key", "marker", "file", "env", "cwd", "pgid")
+            ):
+                wanted = int(msg.get("fds") or 0)
+                self.fds[str(msg["key"])], found.fds = found.fds[:wanted], found.fds[wanted:]
+                self.run_script(msg, found.outbox)
+                continue
             if msg.get("op") != "run":
                 continue
             if not all(k in msg for k in ("key", "argv", "env", "cwd")):
@@ -406,6 +470,7 @@ def _own_roots() -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> None:
     dispositions = record_signals()  # before anything changes them: what `python` starts with
+    script.INITIAL_PATH[:] = sys.path  # what a script's `python FILE` has after its own dir
     parser = argparse.ArgumentParser(prog="dask-slurm warm zygote")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--cwd")
@@ -420,6 +485,7 @@ def main(argv: list[str] | None = None) -> None:
                 "(not Linux?), so a forked job's processes could not carry their marker"
             )
         nargs = snakemake_side.load()
+        script.install()
         threads = settle_threads()
         if threads > 1:
             raise snakemake_side.Unsupported(

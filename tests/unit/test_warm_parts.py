@@ -201,3 +201,201 @@ def test_a_groups_warm_members_are_counted_as_wait4_would_count_its_children() -
     assert zygote.add_members("other", [0.25, 150, 95]) == [0.25, 150, 95]
     assert zygote.add_members("g/member3-7", None) is None  # not a member: left as it is
     assert zygote.member_of == {} and zygote.members_used == {}
+
+
+# -- a warm job's Python script (warm/script.py) --------------------------------------------
+
+
+def test_the_snakemake_code_a_warm_script_relies_on_is_the_one_it_was_written_for() -> None:
+    """If this fails, a Snakemake release changed ``PythonScript.execute_script``,
+    ``ScriptBase._execute_cmd`` or ``shell()``: warm jobs' scripts then run through the
+    shell again (still correct, slower); check warm/script.py against the new code and
+    record the new fingerprint in ``script.WRITTEN_FOR``."""
+    from snakemake_executor_plugin_dask_slurm.snakemake_fixes.fingerprint import digest
+    from snakemake_executor_plugin_dask_slurm.warm import script
+
+    assert digest(script.hooked()) == script.WRITTEN_FOR
+
+
+@pytest.mark.parametrize(
+    ("deployment", "reason"),
+    [
+        ({}, None),
+        ({"container_img": "docker://x"}, "container"),
+        ({"conda_env": "/envs/a"}, "conda"),
+        ({"env_modules": ["m"]}, "modules"),
+        ({"bench_record": object()}, "benchmarked"),
+        ({"edit": True}, "edited"),
+    ],
+)
+def test_a_script_may_run_warm_only_with_this_interpreter_and_no_benchmark(
+    deployment: dict[str, object], reason: str | None
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.script import why_script_not_warm
+
+    given = {"container_img": None, "conda_env": None, "env_modules": None, "bench_record": None}
+    given.update(deployment)
+    edit = bool(given.pop("edit", False))
+    found = why_script_not_warm(**given, edit=edit)  # type: ignore[arg-type]
+    assert found is None if reason is None else (found is not None and reason in found)
+
+
+def test_the_command_is_the_one_snakemake_formats_for_a_script() -> None:
+    from snakemake.shell import shell
+    from snakemake.utils import format
+
+    from snakemake_executor_plugin_dask_slurm.warm.script import expected_command
+
+    fname = ".snakemake/scripts/tmp a'b.py"
+    command = format("{py_exec} {fname:q}", py_exec="/v/bin/python", fname=fname)
+    default = " ".join((shell._get_process_prefix("/usr/bin/bash"), command, "")).strip()
+    assert expected_command("/v/bin/python", fname) == default
+
+
+POPEN = {
+    "bufsize": -1,
+    "shell": True,
+    "stdout": None,
+    "universal_newlines": None,
+    "close_fds": True,
+    "executable": "/usr/bin/bash",
+    "env": {"PATH": "/bin"},
+}
+
+
+@pytest.mark.parametrize(
+    ("command", "changes", "refused"),
+    [
+        ("set -euo pipefail;  /p/python /s.py", {}, False),
+        ("set -euo pipefail;  /p/python /s.py; echo done", {}, True),  # shell.suffix
+        ("set -e; /p/python /s.py", {}, True),  # shell.prefix
+        ("set -euo pipefail;  /p/python /s.py", {"executable": "/bin/zsh"}, True),
+        ("set -euo pipefail;  /p/python /s.py", {"stdout": -1}, True),  # read=True
+        ("set -euo pipefail;  /p/python /s.py", {"universal_newlines": True}, True),
+        ("set -euo pipefail;  /p/python /s.py", {"cwd": "/"}, True),
+        ("set -euo pipefail;  python /s.py", {}, True),  # another interpreter
+    ],
+)
+def test_only_the_default_shell_command_of_the_script_is_forked_warm(
+    command: str, changes: dict[str, object], refused: bool
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.script import why_popen_not_warm
+
+    kwargs = dict(POPEN, **changes)
+    found = why_popen_not_warm(
+        (command,), kwargs, python="/p/python", fname="/s.py", bash="/usr/bin/bash", stdout=None
+    )
+    assert (found is not None) == refused, found
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"SHLVL": "3", "_": "/bin/other", "OLDPWD": "/tmp"},
+        {"SHLVL": "", "PWD": "/"},
+        {"SHLVL": "007", "PWD": "CWD"},
+        {"PWD": "relative"},
+        {"A": "with spaces and 'quotes' $X", "EMPTY": ""},
+    ],
+)
+def test_the_script_gets_the_environment_bash_gives_it(env: dict[str, str], tmp_path: Path) -> None:
+    """The environment the script's process gets warm is what Snakemake's shell gives
+    ``python FILE`` (``Popen(cmd, shell=True, executable=bash)``), checked against bash."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from snakemake_executor_plugin_dask_slurm.warm.script import bash_env
+
+    bash = shutil.which("bash")
+    assert bash is not None
+    env = {k: str(tmp_path) if v == "CWD" else v for k, v in env.items()}
+    env["PATH"] = os.environ["PATH"]
+    dump = tmp_path / "dump.py"
+    dump.write_text("import json, os, sys\njson.dump(dict(os.environ), sys.stdout)\n")
+    command = f"set -euo pipefail;  {sys.executable} {dump}"
+    done = subprocess.run(
+        command, shell=True, executable=bash, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+        check=True,
+    )  # fmt: skip
+    expected = json.loads(done.stdout)
+    expected.pop("LC_CTYPE", None)  # the interpreter's own (C locale coercion), warm too
+    assert bash_env(env, str(tmp_path), sys.executable) == expected
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"BASH_ENV": "/x"},
+        {"SHELLOPTS": "xtrace"},
+        {"BASH_FUNC_f%%": "() { :; }"},
+        {"A-B": "1"},
+        {"SHLVL": "abc"},
+        {"SHLVL": "-1"},
+        {"SHLVL": "1000"},
+        {"PWD": "CWD/."},
+    ],
+)
+def test_an_environment_bash_would_change_more_goes_through_the_shell(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.script import bash_env
+
+    env = {k: v.replace("CWD", str(tmp_path)) for k, v in env.items()}
+    env["PATH"] = "/bin"
+    assert isinstance(bash_env(env, str(tmp_path), "/p/python"), str)
+    assert isinstance(bash_env({}, str(tmp_path), "/p/python"), str)  # no PATH
+
+
+def test_the_zygote_runs_a_script_only_with_its_own_interpreter_settings() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.script import why_zygote_cannot
+
+    base = {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "LANG": "C.UTF-8"}
+    request = {"marker": "k", "env": [*base.items(), ("DASK_SLURM_JOB", "k"), ("X", "y")]}
+    assert why_zygote_cannot(request, base, ["/w", "/lib"]) is None
+    for name, value in (("PYTHONPATH", "/x"), ("PYTHONUNBUFFERED", None), ("LANG", "C")):
+        env = dict(request["env"])  # type: ignore[arg-type]
+        env[name] = value
+        env = {k: v for k, v in env.items() if v is not None}
+        found = why_zygote_cannot(dict(request, env=list(env.items())), base, ["/w"])
+        assert found is not None and name in found
+    assert why_zygote_cannot(dict(request, marker="other"), base, ["/w"]) is not None
+    assert why_zygote_cannot(request, base, []) is not None
+
+
+def test_a_script_run_warm_ends_as_the_interpreter_would(tmp_path: Path) -> None:
+    """run_file in a fork: exit codes of SystemExit, an uncaught exception's traceback
+    without the runner's frame, __main__ and argv (as ``python FILE``)."""
+    import sys
+
+    from snakemake_executor_plugin_dask_slurm.warm.script import fresh_stdio, run_file
+
+    cases = {
+        "import sys\nsys.exit(3)\n": (3, ""),
+        "import sys\nsys.exit()\n": (0, ""),
+        "import sys\nsys.exit('bye')\n": (1, "bye\n"),
+        "def f():\n    raise KeyError('k')\nf()\n": (1, "KeyError: 'k'\n"),
+        "import sys\nassert sys.argv == [__file__] and __name__ == '__main__'\n": (0, ""),
+    }
+    for source, (code, said) in cases.items():
+        path = tmp_path / "s.py"
+        path.write_text(source)
+        err = tmp_path / "err"
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(fd, 2)
+            try:
+                fresh_stdio()  # the streams on fds 0-2 (not pytest's capture)
+                found, _ = run_file(str(path), list(sys.path))
+                sys.stderr.flush()
+            finally:
+                os._exit(found if "found" in locals() else 99)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == code, source
+        text = err.read_text()
+        assert text.endswith(said), (source, text)
+        if "Traceback" in text:
+            assert "run_file" not in text and f'File "{path}", line 3, in <module>' in text
