@@ -217,24 +217,35 @@ class WarmScript:
     stdin = None
     stderr = None
 
-    def __init__(self, sock: socket.socket, inbox: Inbox, pid: int, args: Any):
+    def __init__(
+        self,
+        sock: socket.socket,
+        inbox: Inbox,
+        pid: int,
+        args: Any,
+        pending: Sequence[Mapping[str, Any]],
+    ):
         self._sock = sock
         self._inbox = inbox
+        self._pending = list(pending)  # what came with "started" (a quick script's exit)
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
         while self.returncode is None:
-            try:
-                data = self._sock.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:  # the zygote died: the worker reruns the job (lost)
-                self.returncode = 1
-                break
-            for msg in self._inbox.feed(data):
-                if msg.get("op") in ("exited", "lost"):
+            msgs, self._pending = self._pending, []
+            if not msgs:
+                try:
+                    data = self._sock.recv(1 << 16)
+                except OSError:
+                    data = b""
+                if not data:  # the zygote died: the worker reruns the job (lost)
+                    self.returncode = 1
+                    break
+                msgs = self._inbox.feed(data)
+            for msg in msgs:
+                if msg.get("op") in ("exited", "lost") and self.returncode is None:
                     status = msg.get("status")
                     self.returncode = int(status) if isinstance(status, int) else 1
         with contextlib.suppress(OSError):
@@ -295,10 +306,13 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
             data = sock.recv(1 << 16)
         except OSError:
             data = b""
-        msgs = inbox.feed(data) if data else [{"op": "cold"}]
-        for msg in msgs:
+        # The zygote died: the script may have been forked a moment before, so it is not
+        # started again here; the worker reruns the whole job the cold way (lost).
+        msgs = inbox.feed(data) if data else [{"op": "started"}, {"op": "lost"}]
+        for at, msg in enumerate(msgs):
             if msg.get("op") == "started":
-                return WarmScript(sock, inbox, int(msg.get("pid") or 0), args[0] if args else "")
+                pid = int(msg.get("pid") or 0)
+                return WarmScript(sock, inbox, pid, args[0] if args else "", msgs[at + 1 :])
             if msg.get("op") == "cold":
                 sock.close()
                 return real(*args, **kwargs)

@@ -399,3 +399,20 @@ def test_a_script_run_warm_ends_as_the_interpreter_would(tmp_path: Path) -> None
         assert text.endswith(said), (source, text)
         if "Traceback" in text:
             assert "run_file" not in text and f'File "{path}", line 3, in <module>' in text
+
+
+def test_a_scripts_exit_that_came_with_its_start_is_not_lost() -> None:
+    """A quick script's ``exited`` can arrive in the same read as its ``started``; and a
+    zygote that dies while it runs ends the wait (the worker reruns the job cold)."""
+    import socket
+
+    from snakemake_executor_plugin_dask_slurm.warm.script import WarmScript
+    from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import Inbox
+
+    mine, theirs = socket.socketpair()
+    with theirs:
+        quick = WarmScript(mine, Inbox(), 1, "cmd", [{"op": "exited", "key": "k", "status": 3}])
+        assert quick.wait() == 3 and quick.returncode == 3
+    mine, theirs = socket.socketpair()
+    theirs.close()  # the zygote died
+    assert WarmScript(mine, Inbox(), 1, "cmd", []).wait() == 1
