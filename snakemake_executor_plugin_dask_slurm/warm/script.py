@@ -227,7 +227,8 @@ class WarmScript:
     ):
         self._sock = sock
         self._inbox = inbox
-        self._pending = list(pending)  # what came with "started" (a quick script's exit)
+        #: What came with "started" (a quick script's exit).
+        self._pending: list[Mapping[str, Any]] = list(pending)
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
@@ -243,7 +244,7 @@ class WarmScript:
                 if not data:  # the zygote died: the worker reruns the job (lost)
                     self.returncode = 1
                     break
-                msgs = self._inbox.feed(data)
+                msgs = list(self._inbox.feed(data))
             for msg in msgs:
                 if msg.get("op") in ("exited", "lost") and self.returncode is None:
                     status = msg.get("status")
