@@ -72,8 +72,9 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     assert outputs["warm"] == outputs["local"], said["warm"]
     assert outputs["cold"] == outputs["local"], said["cold"]
     # 4 run: and their logs, script: and its log, wrapper, bench, shadow, retried, group a, b,
-    # the scripts inspect and threaded, the logs of fails_script and exits_script
-    assert len(outputs["local"]) == 20, sorted(outputs["local"])
+    # c, the scripts inspect and threaded, the logs of fails_script and exits_script
+    assert len(outputs["local"]) == 21, sorted(outputs["local"])
+    assert outputs["local"]["group_c.txt"] == b"a 1\nb\nc True\n"
     assert outputs["local"]["threaded.txt"] == b"written by the thread; daemon forked True\n"
     check_scripts(tmp_path, ways, said)
     assert outputs["local"]["retried.txt"] == b"mem_mb=200\n"

@@ -28,6 +28,7 @@ import builtins
 import contextlib
 import importlib
 import io
+import itertools
 import os
 import shlex
 import signal
@@ -81,7 +82,7 @@ INITIAL_PATH: list[str] = []
 DEFAULT_BASH: str | None = None
 
 _local = threading.local()
-_count = 0
+_count = itertools.count(1)
 
 
 # -- the decision (pure) ---------------------------------------------------------------------
@@ -257,7 +258,7 @@ class WarmScript:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
+        if self.returncode is None and self.pid > 0:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, sig)
 
@@ -282,11 +283,9 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
     env = bash_env(kwargs["env"], cwd, sys.executable)
     if isinstance(env, str):
         return real(*args, **kwargs)
-    global _count
-    _count += 1
     request = {
         "op": "script",
-        "key": f"{key}/script{_count}-{os.getpid()}",
+        "key": f"{key}/script{next(_count)}-{os.getpid()}",
         "marker": key,
         "file": fname,
         "env": sorted(env.items()),
@@ -295,11 +294,12 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
         "fds": 3,
     }
     out = stdout.fileno() if stdout is not None else 1
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(member.ADDRESS)
         socket.send_fds(sock, [encode(request)], [0, out, 2])
-    except OSError:
+    except OSError:  # nothing reached the zygote
+        sock.close()
         return real(*args, **kwargs)
     inbox = Inbox()
     while True:
