@@ -230,7 +230,8 @@ class Zygote:
                 continue
             task, job, origin = self.scripts.pop(pid)
             code = os.waitstatus_to_exitcode(status) if status is not None else 1
-            if rusage is not None:
+            running = any(job in h.running for h in self.servers.values())
+            if rusage is not None and running:  # (a job killed with its script has ended)
                 floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 used = (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
                 self.members_used[job] = _together(self.members_used.get(job), used)
