@@ -41,7 +41,6 @@ from collections.abc import Mapping, Sequence
 from importlib.machinery import SourceFileLoader
 from typing import Any, NoReturn
 
-from ..snakemake_fixes.fingerprint import digest, mark
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, encode
 from . import marker, member
@@ -350,6 +349,11 @@ def install() -> bool:
     changed, on a Snakemake whose code is not the one this was written for."""
     global DEFAULT_BASH
     from snakemake.script import PythonScript
+
+    # Imported here, not with this module: the warm process's own modules are warm/ and
+    # worker/ (tests/component/test_layering.py); by now Snakemake's plugin registry has
+    # imported this plugin's executor, and with it snakemake_fixes.
+    from ..snakemake_fixes.fingerprint import digest, mark
 
     shell_module = importlib.import_module("snakemake.shell")  # `snakemake.shell`: the class
 
