@@ -19,7 +19,9 @@ pytestmark = pytest.mark.e2e
 
 def cpu_seconds_of_one_burn() -> float:
     """CPU seconds of the workflow's unit of work (what rule burn runs twice), measured by
-    the kernel for a child of this process: the same figure whatever the machine's load."""
+    the kernel for a child of this process. Not quite the same figure whatever the load:
+    on a busy (virtual) machine the same loop takes up to ~1.5x the CPU time (seen: 1.98 s
+    for the job against 1.37 s measured a moment later, beside a CI run)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     burn = "import sys; n = 0\nfor _ in range(int(sys.argv[1])): n += 1"
     subprocess.run([sys.executable, "-c", burn, "15000000"], check=True)
@@ -35,6 +37,7 @@ def rows(report: Path, name: str) -> list[dict[str, str]]:
 @pytest.mark.workflow("usage")
 @pytest.mark.timeout(400)
 def test_the_report_is_exact_and_its_profile_asks_for_less(workflow: Workflow) -> None:
+    measured_before = cpu_seconds_of_one_burn()
     run = workflow.snakemake(
         "--jobs", "4", "--dask-slurm-cpus", "4", "--keep-going", "--config",
         f"token={workflow.token}",
@@ -48,8 +51,10 @@ def test_the_report_is_exact_and_its_profile_asks_for_less(workflow: Workflow) -
     # Two processes, each a fixed amount of work: CPU seconds, whatever the wall time.
     assert burn["outcome"] == "done" and burn["threads"] == "4"
     cpu, wall = float(burn["cpu_s"]), float(burn["wall_s"])
-    reference = 2 * cpu_seconds_of_one_burn()  # the same work, measured here
-    assert 0.75 * reference <= cpu <= 1.3 * reference, (cpu, reference, burn)
+    # The same work, measured here before and after (the larger: the run's own load in
+    # between). Missing children would be far below; a double count 2x or more.
+    reference = 2 * max(measured_before, cpu_seconds_of_one_burn())
+    assert 0.75 * reference <= cpu <= 1.6 * reference, (cpu, reference, burn)
     assert cpu / wall <= 2.2, burn  # at most two cores busy, never four
     # ~200 MB held, measured by the kernel (the interpreter adds ~10 MB)
     assert hold["mem_mb"] == "1000" and 200 <= float(hold["max_rss_mb"]) <= 230, hold

@@ -196,7 +196,8 @@ class Zygote:
         """Fork the script's process (:mod:`.script`); it reports ``started`` and
         ``exited`` to the job's process, or ``cold`` (then it runs it as before)."""
         task = str(request["key"])
-        reason = script.why_zygote_cannot(request, self.base_env, script.INITIAL_PATH)
+        pools = script.POOLS_REASON[0] if script.POOLS_REASON else None
+        reason = script.why_zygote_cannot(request, self.base_env, script.INITIAL_PATH, pools)
         if reason is not None:
             self.settle(task)
             with contextlib.suppress(OSError):

@@ -416,3 +416,61 @@ def test_a_scripts_exit_that_came_with_its_start_is_not_lost() -> None:
     mine, theirs = socket.socketpair()
     theirs.close()  # the zygote died
     assert WarmScript(mine, Inbox(), 1, "cmd", []).wait() == 1
+
+
+def test_a_warm_scripts_openblas_pool_is_sized_as_a_fresh_interpreter_would() -> None:
+    """OpenBLAS's own rule (blas_get_cpu_number): OPENBLAS_NUM_THREADS, else
+    GOTO_NUM_THREADS, else OMP_NUM_THREADS, the first positive one (atoi), at most the
+    usable CPUs; none: every CPU."""
+    from snakemake_executor_plugin_dask_slurm.warm.script import openblas_threads
+
+    cases = [
+        ({}, 8, 8),
+        ({"OMP_NUM_THREADS": "1"}, 8, 1),
+        ({"OMP_NUM_THREADS": "16"}, 8, 8),
+        ({"OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "4"}, 8, 2),
+        ({"OPENBLAS_NUM_THREADS": "0", "GOTO_NUM_THREADS": "3", "OMP_NUM_THREADS": "4"}, 8, 3),
+        ({"OPENBLAS_NUM_THREADS": "x", "OMP_NUM_THREADS": "5"}, 8, 5),
+        ({"OMP_NUM_THREADS": "4,2"}, 8, 4),
+        ({"OMP_NUM_THREADS": " 2"}, 8, 2),
+        ({"OMP_NUM_THREADS": "-1"}, 8, 8),
+    ]
+    for env, cpus, expected in cases:
+        assert openblas_threads(env, cpus) == expected, env
+
+
+def test_which_thread_pools_a_warm_script_can_have_resized() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.script import (
+        loaded_libraries,
+        thread_pool_libraries,
+    )
+
+    maps = "\n".join(
+        [
+            "7f00-7f01 r-xp 00000000 08:01 1 /venv/numpy.libs/libscipy_openblas64_-ab.so",
+            "7f01-7f02 r--p 00001000 08:01 1 /venv/numpy.libs/libscipy_openblas64_-ab.so",
+            "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/x86_64-linux-gnu/libc.so.6",
+            "7f03-7f04 rw-p 00000000 00:00 0 ",
+            "7f04-7f05 r-xp 00000000 08:01 3 /venv/x/_multiarray_umath.cpython-311.so",
+            "7ffd-7ffe rw-p 00000000 00:00 0 [stack]",
+        ]
+    )
+    paths = loaded_libraries(maps)
+    assert paths == [
+        "/venv/numpy.libs/libscipy_openblas64_-ab.so",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/venv/x/_multiarray_umath.cpython-311.so",
+    ]
+    assert thread_pool_libraries(paths) == (["/venv/numpy.libs/libscipy_openblas64_-ab.so"], None)
+    _, reason = thread_pool_libraries([*paths, "/usr/lib/libgomp.so.1"])
+    assert reason is not None and "libgomp.so.1" in reason
+    assert thread_pool_libraries(["/opt/intel/libmkl_rt.so.2"])[1] is not None
+
+
+def test_the_zygote_lends_no_script_a_pool_it_cannot_resize() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.script import why_zygote_cannot
+
+    base = {"PATH": "/bin"}
+    request = {"marker": "k", "env": [*base.items(), ("DASK_SLURM_JOB", "k")]}
+    assert why_zygote_cannot(request, base, ["/w"], None) is None
+    assert why_zygote_cannot(request, base, ["/w"], "libgomp loaded") == "libgomp loaded"
