@@ -3,6 +3,7 @@ and with Snakemake's local executor; and its faults are as safe as the cold way'
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -39,6 +40,16 @@ def run(workdir: Path, token: str, *args: str, timeout: float = 300) -> tuple[in
     return done.returncode, done.stdout
 
 
+def differing(outputs: dict[str, dict[str, bytes]], way: str) -> dict[str, tuple[object, object]]:
+    """The files ``way`` wrote otherwise than the local executor: (``way``'s, local's)."""
+    mine, local = outputs[way], outputs["local"]
+    return {
+        name: (mine.get(name), local.get(name))
+        for name in sorted(set(mine) | set(local))
+        if mine.get(name) != local.get(name)
+    }
+
+
 def files(root: Path) -> dict[str, bytes]:
     found = sorted(p for p in root.rglob("*") if p.is_file())
     return {str(p.relative_to(root)): p.read_bytes() for p in found}
@@ -69,11 +80,15 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
         assert code == 1, f"{way}:\n{said[way]}"
         assert "fails on purpose" in said[way] and f"line {FAILS_LINE}" in said[way], said[way]
     outputs = {way: files(tmp_path / way / "out") for way in ways}
-    assert outputs["warm"] == outputs["local"], said["warm"]
-    assert outputs["cold"] == outputs["local"], said["cold"]
+    assert outputs["warm"] == outputs["local"], (differing(outputs, "warm"), said["warm"])
+    assert outputs["cold"] == outputs["local"], (differing(outputs, "cold"), said["cold"])
     # 4 run: and their logs, script: and its log, wrapper, bench, shadow, retried, group a, b,
-    # c, the scripts inspect, threaded and blas, the logs of fails_script and exits_script
-    assert len(outputs["local"]) == 22, sorted(outputs["local"])
+    # c, the scripts inspect, threaded, blas and unclosed (2), the logs of fails_script and
+    # exits_script (full_script fails: its output is removed)
+    assert len(outputs["local"]) == 24, sorted(outputs["local"])
+    assert outputs["local"]["unclosed.txt"] == b"written, never closed\n" * 3
+    assert gzip.decompress(outputs["local"]["unclosed.gz"]) == b"compressed, never closed\n"
+    assert "full.txt" not in outputs["local"]
     # numpy's thread pool as `threads: 1` sizes it, not as the warm process's was (on a
     # machine of 2 CPUs or more, where the two differ)
     assert outputs["local"]["blas.txt"] == b"openblas threads [1]\n"
@@ -123,7 +138,7 @@ def traceback_of(text: str) -> list[str]:
 def check_scripts(tmp_path: Path, ways: dict[str, tuple[str, ...]], said: dict[str, str]) -> None:
     """Python scripts: the same failures the same way, and warm in a process forked from
     the zygote with the environment a cold job's script gets."""
-    expected = [("exits.py", "3"), ("fails.py", "1")]
+    expected = [("exits.py", "3"), ("fails.py", "1"), ("full.py", "120")]
     for way in ways:
         assert script_failures(said[way]) == expected, said[way]
     logs = {

@@ -24,8 +24,10 @@ The forked process then runs the file as ``python FILE`` would (:func:`become_sc
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
+import gc
 import importlib
 import io
 import itertools
@@ -36,6 +38,7 @@ import socket
 import subprocess
 import sys
 import threading
+import traceback
 import types
 from collections.abc import Mapping, Sequence
 from importlib.machinery import SourceFileLoader
@@ -44,7 +47,7 @@ from typing import Any, NoReturn
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, encode
 from . import marker, member
-from .child import SETUP_FAILED, _finish, _reseed, _take_fds, restore_signals
+from .child import SETUP_FAILED, _reseed, _take_fds, restore_signals
 
 #: sha256 of the source of ``PythonScript.execute_script``, ``ScriptBase._execute_cmd``
 #: and ``shell.__new__`` this was written against (Snakemake 9.x); any other source
@@ -96,6 +99,11 @@ OTHER_POOLS = ("libgomp", "libiomp", "libomp", "libmkl", "libblis", "libtbb")
 #: process, or why scripts cannot run in it.
 BLAS_SETTERS: list[Any] = []
 POOLS_REASON: list[str] = []
+#: Set in the zygote (:func:`install`): what ``import snakemake`` appends to ``sys.path``
+#: (its pip deployments), which a fresh script's preamble does when it imports Snakemake.
+APPENDED_PATH: list[str] = []
+#: Exit status of an interpreter whose final flush of stdout or stderr failed.
+FLUSH_FAILED = 120
 
 _local = threading.local()
 _count = itertools.count(1)
@@ -473,6 +481,9 @@ def install() -> bool:
     if digest(hooked()) != WRITTEN_FOR or isinstance(shell_module.sp, _Subprocess):
         return False
     DEFAULT_BASH = shell_module.shell.get_executable()
+    import snakemake
+
+    APPENDED_PATH[:] = [p for p in [getattr(snakemake, "PIP_DEPLOYMENTS_PATH", None)] if p]
     setters, reason = find_blas_setters()
     BLAS_SETTERS[:] = setters
     POOLS_REASON[:] = [reason] if reason is not None else []
@@ -545,7 +556,8 @@ def run_file(path: str, initial_path: Sequence[str]) -> tuple[int, bool]:
     and whether it ended by an uncaught KeyboardInterrupt."""
     sys.argv = [path]
     sys.orig_argv = [sys.executable, path]
-    sys.path[:] = [os.path.dirname(os.path.realpath(path)), *initial_path[1:]]
+    own = [os.path.dirname(os.path.realpath(path)), *initial_path[1:]]
+    sys.path[:] = own + [entry for entry in APPENDED_PATH if entry not in own]
     main = types.ModuleType("__main__")
     main.__dict__.update(
         __file__=path,
@@ -570,6 +582,79 @@ def run_file(path: str, initial_path: Sequence[str]) -> tuple[int, bool]:
     return 0, False
 
 
+def flush_std_streams() -> bool:
+    """Flush ``sys.stdout`` and ``sys.stderr`` as the interpreter does at exit (its
+    ``flush_std_files``): False if either failed, the stdout error printed as
+    "Exception ignored"."""
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
+        try:
+            stream.flush()
+        except Exception as e:
+            ok = False
+            if stream is sys.stdout:
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(f"Exception ignored in: {stream!r}\n")
+                    traceback.print_exception(e, file=sys.stderr)
+    return ok
+
+
+def clear_globals(namespace: dict[str, Any]) -> None:
+    """A module's globals as the interpreter clears them at exit (``_PyModule_ClearDict``):
+    the names with one leading underscore set to None, then every other but
+    ``__builtins__``. Each object goes when its last reference does, so a file the
+    script left open is closed by its text layer first, which flushes it (collected as
+    garbage instead, its layers may be finalized in any order and its text lost)."""
+    for key in [k for k in namespace if k[:1] == "_" and k[1:2] != "_"]:
+        namespace[key] = None
+    for key in [k for k in namespace if k != "__builtins__"]:
+        namespace[key] = None
+
+
+def end_as_the_interpreter(code: int, before: Sequence[str]) -> int:
+    """What ``python FILE`` does after the file ran (``Py_FinalizeEx``), for what the
+    script made; the exit status. Its non-daemon threads joined, exit handlers, the
+    standard streams flushed (a failure makes the status 120); then the globals of its
+    ``__main__`` cleared, which closes and flushes the files it left open while the
+    modules their ``close`` needs are whole (gzip's, say), then those of the modules it
+    imported (not in ``before``), newest first; a collection; and the streams it
+    replaced flushed."""
+    with contextlib.suppress(Exception):
+        threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
+    atexit._run_exitfuncs()
+    if not flush_std_streams():
+        code = FLUSH_FAILED
+    known = set(before) - {"__main__"}
+    imported = [name for name in sys.modules if name not in known and name != "__main__"]
+    for name in ["__main__", *reversed(imported)]:
+        module = sys.modules.get(name)
+        if isinstance(module, types.ModuleType) and name not in sys.builtin_module_names:
+            with contextlib.suppress(Exception):
+                clear_globals(module.__dict__)
+    with contextlib.suppress(Exception):
+        gc.collect()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    return code
+
+
+def fresh_process_state(cwd: str) -> None:
+    """Per-process state a fresh interpreter makes anew, which a fork inherits from the
+    zygote: the garbage collector's view (the zygote's objects frozen, so a collection
+    walks and copies only the script's own), multiprocessing's authentication key and the
+    directory it records at import."""
+    gc.freeze()
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        with contextlib.suppress(Exception):
+            process.current_process().authkey = os.urandom(32)
+            setattr(process, "ORIGINAL_DIR", os.path.abspath(cwd))  # noqa: B010
+
+
 def become_script(
     request: Mapping[str, Any],
     fds: Sequence[int],
@@ -590,8 +675,10 @@ def become_script(
             raise RuntimeError(f"could not write the job marker {JOB_MARKER}={key}")
         os.chdir(str(request["cwd"]))
         _reseed()
+        fresh_process_state(str(request["cwd"]))
         size_thread_pools(BLAS_SETTERS, os.environ)
         fresh_stdio()
+        before = list(sys.modules)
     except BaseException:
         with contextlib.suppress(Exception):
             sys.stderr.write("dask-slurm warm path: the script's process failed to start:\n")
@@ -601,7 +688,7 @@ def become_script(
             sys.stderr.flush()
         os._exit(SETUP_FAILED)
     code, interrupted = run_file(str(request["file"]), initial_path)
-    code = _finish(code)
+    code = end_as_the_interpreter(code, before)
     if interrupted:  # as the interpreter does: end by the signal itself
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)

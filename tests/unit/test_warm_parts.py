@@ -474,3 +474,47 @@ def test_the_zygote_lends_no_script_a_pool_it_cannot_resize() -> None:
     request = {"marker": "k", "env": [*base.items(), ("DASK_SLURM_JOB", "k")]}
     assert why_zygote_cannot(request, base, ["/w"], None) is None
     assert why_zygote_cannot(request, base, ["/w"], "libgomp loaded") == "libgomp loaded"
+
+
+def test_a_warm_script_ends_as_the_interpreter_would() -> None:
+    """Its globals cleared in the interpreter's order (one leading underscore first,
+    ``__builtins__`` kept), and a stdout whose last flush fails (a full disk) reported as
+    "Exception ignored" and made the interpreter's status 120 by the caller."""
+    import contextlib
+    import io
+    import sys
+
+    from snakemake_executor_plugin_dask_slurm.warm.script import (
+        clear_globals,
+        flush_std_streams,
+    )
+
+    cleared: list[str] = []
+
+    class Watched:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __del__(self) -> None:
+            cleared.append(self.name)
+
+    namespace = {"c": Watched("c"), "_a": Watched("_a"), "__b__": Watched("__b__")}
+    namespace["__builtins__"] = "kept"  # type: ignore[assignment]
+    clear_globals(namespace)  # type: ignore[arg-type]
+    assert cleared == ["_a", "c", "__b__"]
+    assert namespace == {"c": None, "_a": None, "__b__": None, "__builtins__": "kept"}
+
+    full = open("/dev/full", "w")  # noqa: SIM115
+    full.write("lost\n")
+    said = io.StringIO()
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = full, said
+    try:
+        ok = flush_std_streams()
+    finally:
+        sys.stdout, sys.stderr = saved
+        with contextlib.suppress(OSError):
+            full.close()
+    assert not ok
+    assert "Exception ignored in" in said.getvalue() and "No space left" in said.getvalue()
+    assert flush_std_streams()  # the test's own streams flush
