@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import resource
 import shutil
 import statistics
@@ -178,7 +177,10 @@ def worker(jobs: int) -> None:
             argv = list(w["argv"])
             at = argv.index("--wait-for-files")
             del argv[at : at + 2]
-            raw["argv"] = ("/bin/sh", "-c", re.sub(r"--wait-for-files \S+ ", "", raw["argv"][2]))
+            cold_argv = list(raw["argv"])  # [python, -m, snakemake, ...]: no shell
+            at = cold_argv.index("--wait-for-files")
+            del cold_argv[at : at + 2]
+            raw["argv"] = tuple(cold_argv)
             raw["warm"] = WarmSpec(
                 w["python"], tuple(argv), tuple(map(tuple, w["exports"])), False, w["log_dir"]
             )

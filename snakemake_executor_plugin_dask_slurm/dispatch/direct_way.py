@@ -26,7 +26,6 @@ class RuleFacts:
     shadow: bool = False
     conda: bool = False
     container: bool = False
-    envmodules: bool = False
     benchmark: bool = False
     cache: bool = False
     pipe_or_service: bool = False
@@ -51,7 +50,6 @@ _REASONS = {
     "shadow": "shadow:",
     "conda": "conda:",
     "container": "container:",
-    "envmodules": "envmodules:",
     "benchmark": "benchmark:",
     "cache": "cache:",
     "pipe_or_service": "pipe()/service() output",

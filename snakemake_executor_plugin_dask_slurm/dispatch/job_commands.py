@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dis
 import os
+import shutil
 import string
 import sys
 from collections import ChainMap
@@ -29,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from snakemake.logging import logger
 from snakemake.shell import shell as snakemake_shell
 from snakemake.utils import QuotedFormatter, SequenceFormatter
 
@@ -47,8 +49,11 @@ THREAD_VARIABLES = (
 )
 #: What Snakemake prints for a resource it could not evaluate on the submitting side.
 TBD = "<TBD>"
-#: The general way runs Snakemake's job command, itself a shell command line.
-GENERAL_SHELL = "/bin/sh"
+#: The shell for a general-way job command that is not a plain ``[export ... &&] python
+#: -m ...`` (never seen from Snakemake 9; every other one runs without a shell). Bash, as
+#: Snakemake's own ``shell()`` prefers: a POSIX ``sh`` such as dash drops exported shell
+#: functions (``BASH_FUNC_module%%``, an HPC site's ``module``) from the job's environment.
+GENERAL_SHELL = shutil.which("bash") or "/bin/sh"
 
 
 def rule_facts(job: Any, workflow: Any) -> RuleFacts:
@@ -60,7 +65,6 @@ def rule_facts(job: Any, workflow: Any) -> RuleFacts:
         shadow=job.is_shadow,
         conda=rule.conda_env is not None,
         container=rule.container_img is not None,
-        envmodules=bool(rule.env_modules),
         benchmark=rule.benchmark is not None,
         cache=rule.cache is not None and rule.cache.output,
         pipe_or_service=job.is_pipe or job.is_service,
@@ -231,9 +235,10 @@ WARM_OFF = "the warm path is off (--dask-slurm-no-warm)"
 
 def deployment_reason(job: Any, workflow: Any) -> str | None:
     """Why ``job`` (each member of a group) must go the cold way for its software
-    deployment, or None. Conda, Apptainer and environment modules go the cold way: the
-    warm path would run Snakemake's same code for them, but no machine the plugin is
-    tested on has them, so that is not verified."""
+    deployment, or None. Conda and Apptainer go the cold way: the warm path would run
+    Snakemake's same code for them, but no machine the plugin is tested on has them, so
+    that is not verified (docs/further.md, "Software deployment"). Environment modules
+    take the warm path: tests/test_envmodules.py checks it against a real Lmod."""
     from snakemake.settings.types import DeploymentMethod
 
     methods = workflow.deployment_settings.deployment_method
@@ -243,9 +248,35 @@ def deployment_reason(job: Any, workflow: Any) -> str | None:
             return "conda: (software deployment is not verified on the warm path)"
         if DeploymentMethod.APPTAINER in methods and rule.container_img is not None:
             return "container: (software deployment is not verified on the warm path)"
-        if DeploymentMethod.ENV_MODULES in methods and rule.env_modules:
-            return "envmodules: (software deployment is not verified on the warm path)"
     return None
+
+
+def env_modules_of(rule: Any, workflow: Any) -> Any:
+    """The rule's environment modules (Snakemake's ``EnvModules``) when the run loads them
+    (``--sdm env-modules``), else None: what the local executor hands ``shell()``."""
+    from snakemake.settings.types import DeploymentMethod
+
+    if not rule.env_modules:
+        return None
+    if DeploymentMethod.ENV_MODULES not in workflow.deployment_settings.deployment_method:
+        return None
+    return rule.env_modules
+
+
+def general_argv(
+    command: str, env: tuple[tuple[str, str], ...]
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The argument list and environment that run a general-way job command: its
+    interpreter, exec'd with the command's exports added to ``env``, as ``sh -c`` would
+    (and without a shell between the worker and the job, which could change the job's
+    environment); any other shape through :data:`GENERAL_SHELL`."""
+    try:
+        found = parse_job_command(command)
+    except Unsplittable:
+        return (GENERAL_SHELL, "-c", command), env
+    if found.cd is not None:
+        return (GENERAL_SHELL, "-c", command), env
+    return (found.python, "-m", found.module, *found.argv), env + found.exports
 
 
 def warm_spec(command: str, group: bool, log_dir: str) -> WarmSpec | str:
@@ -278,10 +309,12 @@ def shell_wrapper() -> tuple[str, str, str]:
     )
 
 
-def shell_argv(command: str, wrapper: tuple[str, str, str]) -> tuple[str, ...]:
-    """The argument list Snakemake's ``shell()`` would run ``command`` with."""
+def shell_argv(command: str, wrapper: tuple[str, str, str], modules: Any = None) -> tuple[str, ...]:
+    """The argument list Snakemake's ``shell()`` would run ``command`` with; ``modules``:
+    the rule's ``EnvModules`` to load first (Snakemake's own ``shellcmd`` wraps it)."""
     executable, prefix, suffix = wrapper
-    return (executable, "-c", " ".join((prefix, command, suffix)).strip())
+    full = " ".join((prefix, command, suffix)).strip()
+    return (executable, "-c", modules.shellcmd(full) if modules is not None else full)
 
 
 def with_group_runner(command: str, python: str) -> str:
@@ -324,6 +357,7 @@ class JobCommandBuilder:
         self._base_env = tuple(self.base_env.items())
         self._shell = shell_wrapper()
         self._thread_env: dict[int, tuple[tuple[str, str], ...]] = {}
+        self._env_modules: dict[str, Any] = {}
 
     def log_path(self, job: Any) -> str:
         stem = job.logfile_suggestion(self.log_root)[: -len(".log")]
@@ -385,10 +419,10 @@ class JobCommandBuilder:
         command = self.format_job_exec(job)
         if job.is_group():
             command = with_group_runner(command, sys.executable)
-        argv = (GENERAL_SHELL, "-c", command)
+        argv, env = general_argv(command, self._base_env)
         warm = self._warm(job, command)
         spec = TaskSpec(
-            key, argv, self.workdir, self._base_env, self.log_path(job), None, job.priority,
+            key, argv, self.workdir, env, self.log_path(job), None, job.priority,
             warm=warm if isinstance(warm, WarmSpec) else None,
             cold=warm if isinstance(warm, str) else None, needs=needs,
         )  # fmt: skip
@@ -411,14 +445,24 @@ class JobCommandBuilder:
         except Exception:  # e.g. a resource only the job's own Snakemake defines
             return None
         tmpdir, tmpdir_expression = job_tmpdir(job)
-        if blockers(job_facts(job, command, tmpdir_expression)):
+        modules = self._modules(job.rule)
+        argv = shell_argv(command, self._shell, modules)
+        if blockers(job_facts(job, argv[-1], tmpdir_expression)):
             return None
         env = self._thread_env.get(job.threads)
         if env is None:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
-        argv = shell_argv(command, self._shell)
         log = self.log_path(job)
+        if modules is not None:
+            logger.info(f"Activating environment modules: {modules}")  # as shell() says it
         return TaskSpec(key, argv, self.workdir, env, log, tmpdir, job.priority, needs=needs)
+
+    def _modules(self, rule: Any) -> Any:
+        """The modules shell() loads for ``rule``'s jobs (None: none), per rule."""
+        name = rule.name
+        if name not in self._env_modules:
+            self._env_modules[name] = env_modules_of(rule, self.workflow)
+        return self._env_modules[name]
 
 
 def _shell_list(flag: str, values: Sequence[Any]) -> str:

@@ -14,7 +14,6 @@ from snakemake_executor_plugin_dask_slurm.dispatch.direct_way import JobFacts, R
         (RuleFacts(shadow=True), ("shadow:",)),
         (RuleFacts(conda=True), ("conda:",)),
         (RuleFacts(container=True), ("container:",)),
-        (RuleFacts(envmodules=True), ("envmodules:",)),
         (RuleFacts(benchmark=True), ("benchmark:",)),
         (RuleFacts(cache=True), ("cache:",)),
         (RuleFacts(pipe_or_service=True), ("pipe()/service() output",)),

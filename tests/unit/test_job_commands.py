@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from snakemake.deployment.env_modules import EnvModules
+
 from snakemake_executor_plugin_dask_slurm.dispatch.group_runner import MODULE as GROUP_RUNNER
 from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import (
+    GENERAL_SHELL,
+    general_argv,
     shell_argv,
     shell_wrapper,
     thread_environment,
@@ -18,6 +22,35 @@ def test_shell_argv_is_what_snakemakes_shell_runs() -> None:
         "set -euo pipefail;  echo 'a b' > out",
     )
     assert shell_argv("x", ("/bin/sh", "", "; echo done")) == ("/bin/sh", "-c", "x ; echo done")
+
+
+def test_shell_argv_loads_modules_as_snakemakes_shell_does() -> None:
+    # snakemake.shell: env_modules.shellcmd(" ".join((prefix, cmd, suffix)).strip())
+    wrapper = ("/usr/bin/bash", "set -euo pipefail; ", "")
+    assert shell_argv("echo x > out", wrapper, EnvModules("tool/1.0", "extra/2")) == (
+        "/usr/bin/bash",
+        "-c",
+        "module purge && MODULES_VERBOSITY=concise module load tool/1.0 extra/2; "
+        "set -euo pipefail;  echo x > out",
+    )
+
+
+def test_a_general_way_job_command_runs_without_a_shell_in_between() -> None:
+    env = (("A", "0"),)
+    plain = "/venv/bin/python3 -m snakemake --snakefile '/w/S x' --mode remote"
+    assert general_argv(plain, env) == (
+        ("/venv/bin/python3", "-m", "snakemake", "--snakefile", "/w/S x", "--mode", "remote"),
+        env,
+    )
+    exported = "export B='1' C=\"it's\" && /venv/bin/python3 -m snakemake --cores 1"
+    assert general_argv(exported, env) == (
+        ("/venv/bin/python3", "-m", "snakemake", "--cores", "1"),
+        (("A", "0"), ("B", "1"), ("C", "it's")),
+    )
+    # any other shape runs through bash, which keeps exported functions (not /bin/sh)
+    assert GENERAL_SHELL.endswith("/bash")
+    for other in ("cd /w && python3 -m snakemake", "python3 -m snakemake $HOME", "make all"):
+        assert general_argv(other, env) == ((GENERAL_SHELL, "-c", other), env)
 
 
 def test_default_wrapper_is_bash_strict_mode() -> None:
