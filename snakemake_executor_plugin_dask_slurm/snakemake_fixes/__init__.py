@@ -1,10 +1,12 @@
 """Guarded fixes of Snakemake's own code that a large task farm would otherwise suffer from.
 
 Each fix replaces or wraps named Snakemake functions, is exactly equivalent to them
-(tests/unit/test_snakemake_fixes.py compares them on generated jobs) and is installed only
-when the running Snakemake's functions are byte-for-byte the ones it was written against
-(:mod:`.fingerprint`); any other Snakemake is left as it is, and the run's log says so in
-one line per fix. Installed once per process, at the executor's start
+(tests/component/test_snakemake_fixes.py compares them on generated jobs) and is installed
+only when what it relies on in the running Snakemake is byte-for-byte what it was written
+against (:mod:`.fingerprint`): the whole source of a function it replaces, and of a
+function it only wraps or hands something to, the lines that matter to it (a module's
+``relied_on``), so that unrelated edits in a patch release do not switch it off. Any other
+Snakemake is left as it is, and the run's log says so in one line per fix. Installed once per process, at the executor's start
 (:func:`install`); the patches to Snakemake that make them unnecessary are in
 docs/upstream/, described in docs/further.md.
 
@@ -44,8 +46,14 @@ class Fix:
         return targets
 
     def found(self) -> str | None:
-        """The fingerprint of the running Snakemake's functions (None: unreadable)."""
+        """The fingerprint of what the fix relies on in the running Snakemake: the source
+        of the functions it replaces, or what its module narrows that to (its ``found``);
+        None: unreadable."""
         try:
+            narrowed = getattr(self.module, "found", None)
+            if narrowed is not None:
+                value: str | None = narrowed()
+                return value
             return digest(self.targets())
         except (ImportError, AttributeError):
             return None

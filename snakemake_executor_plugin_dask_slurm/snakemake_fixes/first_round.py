@@ -22,10 +22,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .fingerprint import mark
+from .fingerprint import digest_texts, lines_naming, mark, source_of
 
-#: JobScheduler.schedule of 9.27.1.
-FINGERPRINT = "6d810e45c71689c170af11dbc52b7f0d8c99cac7c2984eedb7fe64a8438a7b8e"
+#: What the hook relies on in JobScheduler.schedule of 9.27.1 (:func:`relied_on`).
+FINGERPRINT = "7f67c051a67fb763fe9f0c1580257a59c1f92db011a84202140abf6084e0d8fd"
 WRITTEN_FOR = "9.27.1"
 WHAT = "JobScheduler.schedule (snakemake/scheduling/job_scheduler.py)"
 WITHOUT = (
@@ -44,6 +44,27 @@ def targets() -> list[Callable[..., Any]]:
     from snakemake.scheduling.job_scheduler import JobScheduler
 
     return [JobScheduler.schedule]
+
+
+#: What the plugin's scheduling settings change (dispatch/scheduling.py): the hook is for
+#: them to be in place before ``schedule`` first reads them.
+TUNED = ("job_selector", "job_rate_limiter", "subsample", "_job_count", "_lock")
+
+
+def relied_on(schedule: str) -> list[str]:
+    """Of ``schedule``'s source: its signature (the hook calls it as it is) and every line
+    that reads what the plugin tunes; the rest of it (its logging churns between releases)
+    does not matter to the hook."""
+    lines = schedule.splitlines()
+    return [lines[0].strip(), *(line for name in TUNED for line in lines_naming(schedule, name))]
+
+
+def found() -> str | None:
+    """The narrowed fingerprint of the running Snakemake (None: unreadable)."""
+    try:
+        return digest_texts(relied_on(source_of(targets()[0])))
+    except (OSError, TypeError):
+        return None
 
 
 def before_first_round(workflow: Any, call: Callable[[Any], None]) -> bool:

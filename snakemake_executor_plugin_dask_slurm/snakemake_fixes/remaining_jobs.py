@@ -21,17 +21,20 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
-from .fingerprint import mark
+from .fingerprint import digest_texts, lines_naming, mark, nested_block, source_of
 
-#: JobScheduler.remaining_jobs, JobScheduler.job_selector and JobScheduler.schedule (every
-#: use of it in Snakemake's scheduler), and the ILP selector (its one reader), of 9.27.1.
-FINGERPRINT = "64f3c5332bfd59550f6d36c937324f697badb1374ba6af64b4efc14bf7a94b71"
+#: What the fix relies on, of 9.27.1 (:func:`relied_on`): the property itself, the block that
+#: hands it to the job selectors under the scheduler's lock, and every other line of the
+#: scheduler and of the ILP selector (its one reader) that uses it.
+FINGERPRINT = "7732107b3782c4c22428f4ad690d08af17de574acd761df0bd93a9dd734facf9"
 WRITTEN_FOR = "9.27.1"
-WHAT = "JobScheduler.remaining_jobs and its readers (snakemake/scheduling/)"
+WHAT = "JobScheduler.remaining_jobs and its uses (snakemake/scheduling/job_scheduler.py, milp.py)"
 WITHOUT = (
     "every scheduling round walks every job still to run, whichever job selector runs "
     "(time in N² over a run of N jobs)"
 )
+#: The nested function of ``JobScheduler.job_selector`` that calls the selectors.
+RUN_SELECTOR = "def run_selector(job_selector) -> Sequence[AbstractJob]:"
 
 
 def targets() -> list[Callable[..., Any]]:
@@ -44,6 +47,38 @@ def targets() -> list[Callable[..., Any]]:
         JobScheduler.schedule,
         IlpScheduler.select_jobs,
     ]
+
+
+def relied_on(remaining: str, job_selector: str, schedule: str, ilp: str) -> list[str]:
+    """From the sources of :func:`targets`, what the fix depends on: all of the property
+    (it wraps it), ``run_selector`` whole (the selectors read it there, under the lock,
+    where no job's state changes), and the lines that name ``remaining_jobs`` elsewhere
+    (truthiness and iteration in ``schedule``'s error path, iteration in the ILP). An
+    edit anywhere else in those functions (``schedule``'s logging churns between
+    releases) leaves the fix installed; a new use of the list switches it off."""
+    block = nested_block(job_selector, RUN_SELECTOR)
+    if not block:
+        return []
+    outside = [line for line in lines_naming(job_selector, NAME) if line not in block]
+    return [
+        remaining,
+        *block,
+        *outside,
+        *lines_naming(schedule, NAME),
+        *lines_naming(ilp, NAME),
+    ]
+
+
+NAME = "remaining_jobs"
+
+
+def found() -> str | None:
+    """The narrowed fingerprint of the running Snakemake (None: unreadable or not there)."""
+    try:
+        texts = relied_on(*(source_of(f) for f in targets()))
+    except (OSError, TypeError):
+        return None
+    return digest_texts(texts) if texts else None
 
 
 class RemainingJobs(Sequence[Any]):

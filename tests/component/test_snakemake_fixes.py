@@ -418,3 +418,37 @@ def test_snakemakes_ilp_selector_reads_the_remaining_jobs_alike(
     assert made == [1]  # read, and made once
     assert from_list is not None and len(from_list) == 3
     assert lazily == from_list
+
+
+def test_a_fingerprint_covers_what_its_fix_relies_on_only() -> None:
+    """An edit of schedule() that its fixes do not depend on (Snakemake's main branch
+    added two `for job in self.failed: job.log_error()` loops after 9.27.1) leaves both
+    installed; a new use of what a fix relies on switches it off."""
+    sources = [fingerprint.source_of(f) for f in remaining_jobs.targets()]
+    schedule = sources[2]
+    pad = " " * 20
+    anchor = f"{pad}if errors:\n"
+    assert anchor in schedule
+    logged = schedule.replace(anchor, f"{pad}for job in self.failed:\n{anchor}", 1)
+    used = schedule.replace(anchor, f"{pad}n = len(self.remaining_jobs)\n{anchor}", 1)
+    tuned = schedule.replace(anchor, f"{pad}self.subsample = None\n{anchor}", 1)
+
+    def remaining(schedule_source: str) -> str:
+        texts = remaining_jobs.relied_on(sources[0], sources[1], schedule_source, sources[3])
+        return fingerprint.digest_texts(texts)
+
+    def first(schedule_source: str) -> str:
+        return fingerprint.digest_texts(first_round.relied_on(schedule_source))
+
+    assert remaining(schedule) == remaining(logged) == remaining_jobs.FINGERPRINT
+    assert remaining(used) != remaining_jobs.FINGERPRINT
+    assert first(schedule) == first(logged) == first_round.FINGERPRINT
+    assert first(tuned) != first_round.FINGERPRINT
+    # the selectors' block must be there whole
+    selector = sources[1].replace("with self._lock:", "if True:")
+    assert (
+        fingerprint.digest_texts(
+            remaining_jobs.relied_on(sources[0], selector, schedule, sources[3])
+        )
+        != remaining_jobs.FINGERPRINT
+    )
