@@ -50,6 +50,10 @@ CHUNK_JOBS = 64
 CHUNK_SECONDS = 0.02
 
 
+#: What makes a job's own Snakemake run it once, whatever its rule's ``retries:``.
+ONE_ATTEMPT = "--preemptible-rules --preemptible-retries 0"
+
+
 class Executor(RemoteExecutor):
     """Runs each of Snakemake's jobs as a Dask task on the run's cluster (see
     docs/architecture.md, "One run"). Planned in ``__post_init__``, started at the first
@@ -133,9 +137,12 @@ class Executor(RemoteExecutor):
         # A spawned Snakemake otherwise waits ~1 s at exit for its job-rate limiter's
         # timer; the outer Snakemake already rate-limits submissions. Its job selection
         # is this run's: greedy unless the user chose ilp (which solves an integer
-        # program in a CBC process, ~20-30 ms, for the job's one-job DAG).
+        # program in a CBC process, ~20-30 ms, for the job's one-job DAG). And it makes
+        # one attempt: a rule's own `retries:` outranks the job command's `--retries 0`,
+        # but not `--preemptible-retries` (Rule.restart_times), so every attempt is this
+        # Snakemake's, with its own resources (docs/further.md, "Retries").
         selection = " --scheduler greedy" if self._scheduling.scheduler == "greedy" else ""
-        return f"--max-jobs-per-timespan 100000/0s{selection}"
+        return f"--max-jobs-per-timespan 100000/0s{selection} {ONE_ATTEMPT}"
 
     # -- the first round: scheduling settings, the cluster -------------------------------
 
