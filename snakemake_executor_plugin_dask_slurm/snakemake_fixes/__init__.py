@@ -6,9 +6,9 @@ only when what it relies on in the running Snakemake is byte-for-byte what it wa
 against (:mod:`.fingerprint`): the whole source of a function it replaces, and of a
 function it only wraps or hands something to, the lines that matter to it (a module's
 ``relied_on``), so that unrelated edits in a patch release do not switch it off. Any other
-Snakemake is left as it is, and the run's log says so in one line per fix. Installed once per process, at the executor's start
-(:func:`install`); the patches to Snakemake that make them unnecessary are in
-docs/upstream/, described in docs/further.md.
+Snakemake is left as it is, and the run's log says so in one line per fix. Installed once
+per process, at the executor's start (:func:`install`); the patches to Snakemake that
+make them unnecessary are in docs/upstream/, described in docs/further.md.
 
 - :mod:`.prepare_inputs`: a job with N inputs (a farm's ``rule all``) is prepared in time
   linear in N, not N².
