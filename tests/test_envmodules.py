@@ -146,26 +146,23 @@ def test_modules_load_on_the_test_clusters_nodes_in_srun_and_sbatch_modes(
     """The jobs run on the nodes, with the environment srun and sbatch give them there."""
     env = site_environment(tmp_path / "site", base=slurm_cluster.env)
     env["DASK_SLURM_TEST_TOKEN"] = no_leftovers
-    ways = {
-        "srun-warm": ("--dask-slurm-no-direct-shell",),
-        "srun-direct-cold": ("--dask-slurm-no-warm",),
-    }
-    for way, args in ways.items():
-        workdir = tmp_path / way
-        shutil.copytree(WORKFLOWS / "envmodules", workdir)
-        argv = [SNAKEMAKE, "--sdm", "env-modules", *PLUGIN, *args]
-        proc = slurm_cluster.salloc(
-            ["-N2", f"--chdir={workdir}", "--time=5"], argv, timeout=300, env_extra=env
-        )
-        said = proc.stdout + proc.stderr
-        check_plugin_run(workdir, proc.returncode, f"{way}:\n{said}")
-        assert "srun" in said, said
+    # srun mode: shell: rules the direct way, the others warm
+    workdir = tmp_path / "srun"
+    shutil.copytree(WORKFLOWS / "envmodules", workdir)
+    argv = [SNAKEMAKE, "--sdm", "env-modules", *PLUGIN]
+    proc = slurm_cluster.salloc(
+        ["-N2", f"--chdir={workdir}", "--time=5"], argv, timeout=300, env_extra=env
+    )
+    said = proc.stdout + proc.stderr
+    check_plugin_run(workdir, proc.returncode, f"srun:\n{said}")
+    assert "dask-slurm: srun" in said, said
+    # sbatch mode, from the login side: the general way cold
     workdir = tmp_path / "sbatch"
     shutil.copytree(WORKFLOWS / "envmodules", workdir)
     try:
         code, said = run(
             workdir, env, *PLUGIN, "--dask-slurm-cluster", "sbatch",
-            "--dask-slurm-worker-jobs", "1",
+            "--dask-slurm-worker-jobs", "1", "--dask-slurm-no-warm",
         )  # fmt: skip
     finally:
         slurm_cluster.cancel_all()
