@@ -18,7 +18,7 @@ workflow is parsed (:func:`prime`), then stops it. Which arguments may differ be
 jobs that share a parse is :data:`PER_JOB_FLAGS`: Snakemake reads them only after the
 parse (DAG, execution and group settings), except ``--unneeded-temp-files``.
 
-:func:`check_internals` pins everything used here; ``tests/unit/test_warm_side.py`` fails
+:func:`check_internals` pins everything used here; ``tests/unit/test_warm_parts.py`` fails
 on a Snakemake release that changes it. What would make this unnecessary upstream: an API
 call that runs one job of an already parsed workflow (docs/architecture.md).
 """

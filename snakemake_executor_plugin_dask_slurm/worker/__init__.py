@@ -1,9 +1,9 @@
 """What runs inside Dask's own processes, not in Snakemake's: the supervisor that starts
 each worker, the task that runs one job, the preloads of the workers and the scheduler.
 
-Standard library and this subpackage only (``tests/test_layering.py`` checks it): this is
-the code a node runs, and worker jobs will ship it to nodes; importing it must not import
-Snakemake or the rest of the plugin.
+Standard library and this subpackage only (``tests/component/test_layering.py`` checks
+it): this is the code a node runs; importing it must not import Snakemake or the rest of
+the plugin.
 
 The module paths below are how the plugin names these modules on command lines
 (``python -m ...``, ``--preload ...``); they are derived here, once.

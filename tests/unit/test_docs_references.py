@@ -1,6 +1,7 @@
 """Docs that cannot drift silently: every ``:mod:``/``:class:``/``:func:``/``:meth:``/
 ``:data:`` reference in the package's docstrings and comments resolves to something that
-exists, and every path of this repository named in docs/*.md and README.md exists.
+exists, every path of this repository named in docs/*.md and README.md exists, and so does
+every path of its tests, docs, benchmarks and scripts that the package's own text names.
 
 References follow Python's relative imports: ``.x`` is the module ``x`` beside the one
 that names it, ``..x`` one package up; a bare name is looked up in the naming module
@@ -128,6 +129,11 @@ def test_every_path_the_docs_name_exists(doc: str, path: str) -> None:
     assert _exists(path), f"{doc} names {path}, which does not exist"
 
 
+def test_the_package_path_check_sees_paths_in_docstrings_and_comments() -> None:
+    text = "(``tests/unit/test_x.py`` fails); # see docs/further.md, and benchmarks/run.py"
+    assert OWN_PATH.findall(text) == ["tests/unit/test_x.py", "docs/further.md", "benchmarks/run.py"]
+
+
 def test_the_checks_catch_a_broken_reference_and_path() -> None:
     assert not resolves(".no_such_module.Thing", f"{PACKAGE}.dispatch.registry", False)
     assert not resolves("..dispatch.registry.NoSuchClass", f"{PACKAGE}.executor.plugin", False)
@@ -137,3 +143,27 @@ def test_the_checks_catch_a_broken_reference_and_path() -> None:
     assert resolves("JobRecord", f"{PACKAGE}.dispatch.registry", False)
     assert resolves("distributed.Client", f"{PACKAGE}.dispatch.registry", False)
     assert not _exists("dispatch/no_such_module.py") and _exists("dispatch/registry.py")
+
+
+#: A path of this repository's tests, docs, benchmarks or scripts, as the package's
+#: docstrings and comments name them (with or without backticks).
+OWN_PATH = re.compile(
+    r"\b((?:tests|docs|benchmarks|scripts|testcluster)/[\w/.-]*\w\.(?:py|md|sh))\b"
+)
+
+
+def package_paths() -> list[tuple[str, str]]:
+    found = []
+    for path in _modules():
+        for named in OWN_PATH.findall(path.read_text()):
+            found.append((str(path.relative_to(ROOT / PACKAGE)), named))
+    return sorted(set(found))
+
+
+def test_the_package_names_paths_to_check() -> None:
+    assert len(package_paths()) > 10
+
+
+@pytest.mark.parametrize(("module", "path"), package_paths())
+def test_every_path_the_package_names_exists(module: str, path: str) -> None:
+    assert (ROOT / path).exists(), f"{module} names {path}, which does not exist"
