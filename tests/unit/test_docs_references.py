@@ -131,7 +131,8 @@ def test_every_path_the_docs_name_exists(doc: str, path: str) -> None:
 
 def test_the_package_path_check_sees_paths_in_docstrings_and_comments() -> None:
     text = "(``tests/unit/test_x.py`` fails); # see docs/further.md, and benchmarks/run.py"
-    assert OWN_PATH.findall(text) == ["tests/unit/test_x.py", "docs/further.md", "benchmarks/run.py"]
+    found = OWN_PATH.findall(text)
+    assert found == ["tests/unit/test_x.py", "docs/further.md", "benchmarks/run.py"]
 
 
 def test_the_checks_catch_a_broken_reference_and_path() -> None:
