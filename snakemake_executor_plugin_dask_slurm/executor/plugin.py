@@ -34,7 +34,9 @@ from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
+from ..errors import DaskSlurmError
 from ..report.messages import stopped_line
+from ..report.usage.write import root_problem
 from ..worker import timing
 from . import signals
 from .failures import Failures, Say, Snakemake
@@ -100,6 +102,10 @@ class Executor(RemoteExecutor):
         for warning in self.config.warnings:
             self._warn(warning)
         check_run_dir(self.config.run_dir)
+        if self.config.usage_report_dir is not None:
+            problem = root_problem(self.config.usage_report_dir)
+            if problem:
+                raise DaskSlurmError(problem)
         cores = self.workflow.resource_settings.cores
         given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
         # Planned (settings, allocation, preflight) now; started at the first job, so a

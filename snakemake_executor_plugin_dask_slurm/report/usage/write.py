@@ -76,6 +76,26 @@ def point_latest(root: Path, directory: Path) -> None:
     os.replace(tmp, root / LATEST)
 
 
+def root_problem(root: Path) -> str | None:
+    """Why the reports cannot be written under ``root`` (created if missing), in a
+    sentence for the user; None if they can. Checked at the start of a run, so an unusable
+    directory stops it before anything starts instead of losing its report at the end."""
+    probe = root / f".write-test-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        return (
+            f"Cannot write the usage report under {root}: {e.strerror or e}{where}. The "
+            "report is written there at the end of the run, so this run would lose it. "
+            "Choose a directory you can write with --dask-slurm-usage-report-dir, or turn "
+            "the report off with --dask-slurm-no-usage-report."
+        )
+    return None
+
+
 def _atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
