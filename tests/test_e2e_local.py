@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -455,3 +456,27 @@ def test_a_second_run_in_the_same_directory_stops_at_once_and_leaves_the_first_a
             first.wait()
     assert first.returncode == 0, output
     assert [workflow.read(f"out/slept{i}.txt") for i in range(2)] == ["slept\n"] * 2
+
+
+def test_the_example_ends_by_saying_where_its_results_are(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """example_workflow/ as scripts/example.sh runs it (its own profile): after Snakemake
+    says it is done and the plugin where the usage report is, the last lines name the
+    results and the report, and both are there."""
+    example = Path(__file__).resolve().parents[1] / "example_workflow"
+    dest = tmp_path / "example"
+    shutil.copytree(example, dest, ignore=shutil.ignore_patterns("results", ".snakemake"))
+    run = Workflow(dest, no_leftovers).snakemake()
+    assert run.returncode == 0, run.output
+    lines = run.output.splitlines()
+    done = max(i for i, line in enumerate(lines) if "steps (100%) done" in line)
+    results = next(i for i, line in enumerate(lines) if line.startswith("Results: "))
+    usage = next(i for i, line in enumerate(lines) if line.startswith("Usage report: "))
+    assert done < results < usage, run.output
+    assert "results/summary.tsv" in lines[results], lines[results]
+    assert len((dest / "results/summary.tsv").read_text().splitlines()) == 21
+    report = lines[usage].split()[2]
+    assert (dest / report).is_file(), lines[usage]
+    profile = lines[usage].split()[-1]
+    assert (dest / profile).is_file(), lines[usage]
