@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...worker.proctree import describe_exit
-from .rows import Attempt, Ended, Handover, Outcome, RunFacts, WorkerSpan
+from .rows import Attempt, Ended, Handover, Outcome, RunFacts, WorkerSpan, mb_of_kib
 
 
 def _number(value: Any) -> float | None:
@@ -212,8 +212,8 @@ def attempt_row(
         h.mem_mb, h.runtime_min, h.at, outcome, detail,
         *(("", "", "", None, None, None, None, None) if u is None else (
             u.host, u.worker, u.slurm_job, u.started, u.wall, u.cpu,
-            u.max_rss_kb / 1024 if u.rss_exact else None,
-            None if u.rss_exact else u.max_rss_kb / 1024,
+            mb_of_kib(u.max_rss_kb) if u.rss_exact else None,
+            None if u.rss_exact else mb_of_kib(u.max_rss_kb),
         )),
     )  # fmt: skip
 

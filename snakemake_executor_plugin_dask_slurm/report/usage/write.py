@@ -200,8 +200,9 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
         "# attempts), from what each rule's jobs used, measured exactly on the workers.",
         "# Pass it with --profile <this file> (alongside your own profiles), or paste what",
         f"# you want. Memory and runtime: {HEADROOM}x the largest use, rounded up; threads:",
-        f"# the cores its jobs kept busy at p{CORES_PERCENTILE}. See the plugin's docs,",
-        '# docs/further.md, "The usage report".',
+        f"# the cores its jobs kept busy at p{CORES_PERCENTILE}. Memory is in MB (10^6 bytes),",
+        "# the unit of Snakemake's mem_mb (the kernel's peak RSS in KiB converted). See the",
+        '# plugin\'s docs, docs/further.md, "The usage report".',
     ]
     rules = [s for s in stats if not s.group]
     groups = [s.rule for s in stats if s.group]
