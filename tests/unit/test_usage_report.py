@@ -24,7 +24,10 @@ from snakemake_executor_plugin_dask_slurm.report.usage.aggregate import (
     percentile,
     rule_stats,
 )
-from snakemake_executor_plugin_dask_slurm.report.usage.collect import classify
+from snakemake_executor_plugin_dask_slurm.report.usage.collect import (
+    classify,
+    handover_from_job,
+)
 from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     round_mem_mb,
     round_runtime,
@@ -34,13 +37,16 @@ from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     threads_for,
 )
 from snakemake_executor_plugin_dask_slurm.report.usage.write import (
+    GROUP_WHY,
     JOBS_COLUMNS,
     RULES_COLUMNS,
     jobs_tsv,
+    offender_line,
     profile_yaml,
     rules_tsv,
 )
 from snakemake_executor_plugin_dask_slurm.worker.wire import Usage
+from tests.fakes import FakeGroupJob
 
 
 def row(
@@ -445,3 +451,25 @@ def test_a_job_below_its_workers_peak_is_an_at_most_row() -> None:
     assert (rows["big"].max_rss_mb, rows["big"].rss_at_most_mb) == (943.7184, None)
     small = next(s for s in rule_stats(rows.values()) if s.rule == "small")
     assert (small.rss_max_mb, small.rss_at_most_mb, small.peak_mb) == (None, 73.40032, 73.40032)
+
+
+def test_a_group_job_is_told_as_one_with_its_members_rules_and_left_out_of_the_profile() -> None:
+    """A group job is one task: its figures are the group's (CPU summed over its members,
+    its largest process's peak), none one member rule's. The line at the end says what the
+    group as a whole would need and which rules to change; the profile names it, why it
+    is not there, and has no entry for it or, on its figures, for its members' rules."""
+    job = FakeGroupJob("grp", rules=["b", "a", "b"], threads=8, resources={"mem_mb": 4000})
+    c = UsageCollector()
+    h = handover_from_job(job, "grp-1", "general", 0.0)
+    assert (h.rule, h.group, h.members) == ("group grp", True, ("a", "b"))
+    c.handed_over(h)
+    c.ended("grp-1", Ended(True, Usage("n1", "w1", "", 1.0, 100.0, 100.0, 300 << 10)))
+    (s,) = rule_stats(c.attempts())
+    assert s.members == ("a", "b")
+    assert offender_line(s) == (
+        "group job grp (rules a, b): asks 8 threads, uses 1.0 on average -> 1 for the whole "
+        f"group; asks mem_mb 4,000, peak 315 MB -> 400 for the whole group; {GROUP_WHY}"
+    )
+    text = profile_yaml([s], RunFacts(0.0, 200.0, "local", ""), 1)
+    assert "# Not here: group job grp (rules a, b). A group job is measured as one task" in text
+    assert yaml.safe_load(text) == {"set-threads": None, "set-resources": None}

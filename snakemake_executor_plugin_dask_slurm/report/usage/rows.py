@@ -47,6 +47,8 @@ class Handover:
     #: 0 for the attempt's first run; n for its n-th run after its worker died under it.
     rerun: int = 0
     group: bool = False
+    #: A group job's members' rules (each once, sorted): what a user changes to size it.
+    members: tuple[str, ...] = ()
 
 
 class Ended(NamedTuple):
@@ -127,6 +129,7 @@ class Attempt(NamedTuple):
     #: Otherwise, what its peak was at most (MB): the job's first process inherits the worker's
     #: own peak (see :class:`...worker.wire.Usage`), and the job stayed below it.
     rss_at_most_mb: float | None = None
+    members: tuple[str, ...] = ()  # a group job's members' rules (Handover.members)
 
     @property
     def finished(self) -> float | None:

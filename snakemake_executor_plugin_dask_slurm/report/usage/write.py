@@ -205,9 +205,14 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
         '# plugin\'s docs, docs/further.md, "The usage report".',
     ]
     rules = [s for s in stats if not s.group]
-    groups = [s.rule for s in stats if s.group]
+    groups = [group_label(s) for s in stats if s.group]
     if groups:
-        head.append(f"# Not here: group jobs ({', '.join(groups)}); their members' rules are.")
+        head += [
+            f"# Not here: {', '.join(groups)}. A group job is measured as one task (its",
+            "# members' CPU summed, its largest process's peak), so no figure is one member",
+            "# rule's; Snakemake sizes a group job from its members' rules: see rules.tsv",
+            "# for what the group as a whole used and change those rules' values yourself.",
+        ]
     threads: list[str] = []
     resources: list[str] = []
     for s in sorted(rules, key=lambda s: s.rule):
@@ -269,25 +274,50 @@ def _counts(attempts: Sequence[Attempt]) -> str:
     return ", ".join(parts) or "none"
 
 
+#: Why a group job is not in the suggested profile (its line at the end, the profile).
+GROUP_WHY = (
+    "measured as one task (its members' CPU summed, its largest process's peak), so no "
+    "figure is one member's: Snakemake sizes a group job from its members' rules, change "
+    "theirs; not in the suggested profile"
+)
+
+
 def offender_line(s: RuleStats) -> str | None:
     """``rule align: asks 8 threads, uses 1.3 on average -> threads: 2; ...``, or None
-    when the rule's suggestion keeps what it asked."""
+    when the rule's suggestion keeps what it asked. A group job's line gives what the
+    group as a whole would need, and why no rule of it gets a suggestion
+    (:data:`GROUP_WHY`)."""
     g = s.suggestion
+
+    def to(name: str, value: int | None) -> str:
+        return f"-> {value} for the whole group" if s.group else f"-> {name}: {value}"
+
     parts = []
     if "threads" in g.changed and s.cores_mean is not None:
         what = f"{s.threads} thread{'s' if s.threads != 1 else ''}"
-        parts.append(f"asks {what}, uses {s.cores_mean:.1f} on average -> threads: {g.threads}")
+        parts.append(f"asks {what}, uses {s.cores_mean:.1f} on average {to('threads', g.threads)}")
     peak = s.peak_mb
     if "mem_mb" in g.changed and peak is not None:
         asked = f"asks mem_mb {s.mem_mb:,.0f}" if s.mem_mb is not None else "asks no mem_mb"
         at_most = "at most " if peak != s.rss_max_mb else ""
-        parts.append(f"{asked}, peak {at_most}{peak:,.0f} MB -> mem_mb: {g.mem_mb}")
+        parts.append(f"{asked}, peak {at_most}{peak:,.0f} MB {to('mem_mb', g.mem_mb)}")
     if "runtime" in g.changed and s.runtime_min is not None and s.wall_max is not None:
         longest = duration(s.wall_max)
         parts.append(
-            f"asks runtime {s.runtime_min:g} min, longest {longest} -> runtime: {g.runtime}"
+            f"asks runtime {s.runtime_min:g} min, longest {longest} {to('runtime', g.runtime)}"
         )
-    return f"rule {s.rule}: {'; '.join(parts)}" if parts else None
+    if not parts:
+        return None
+    if s.group:
+        return f"{group_label(s)}: {'; '.join(parts)}; {GROUP_WHY}"
+    return f"rule {s.rule}: {'; '.join(parts)}"
+
+
+def group_label(s: RuleStats) -> str:
+    """``group job g (rules a, b)``."""
+    name = s.rule.removeprefix("group ")
+    rules = f" (rule{'s' if len(s.members) != 1 else ''} {', '.join(s.members)})"
+    return f"group job {name}{rules if s.members else ''}"
 
 
 def summary_lines(
