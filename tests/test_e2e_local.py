@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import shutil
@@ -235,6 +236,30 @@ def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> N
     assert not list((workflow.path / "out").glob("slept*.txt"))
     # (the no_leftovers fixture checks that no job or Dask process is left)
     rerun_completes(workflow)
+
+
+@pytest.mark.workflow("sleepers")
+def test_after_ctrl_c_the_report_records_what_the_running_jobs_ran(workflow: Workflow) -> None:
+    """Two sleepers run when Ctrl-C comes (a third waits for a CPU): the report records
+    them as stopped by the cancel, with where, when and how long they ran and what the
+    kernel measured, not as jobs that never started; the waiting one never started."""
+    code, output, _ = interrupt_sleepers(
+        workflow, signal.SIGINT, lambda pid: pid, 3, "--dask-slurm-cpus", "2"
+    )
+    assert code != 0, output
+    report = workflow.path / ".snakemake/dask-slurm/usage/latest/jobs.tsv"
+    with report.open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    ran = [r for r in rows if r["outcome"] == "stopped"]
+    assert len(ran) == 2, rows
+    for r in ran:
+        assert r["detail"] == "the workflow was cancelled", r
+        assert r["host"] and r["worker"] and r["started"], r
+        # (interrupted as soon as both started: a sleeper's CPU, but measured)
+        assert float(r["wall_s"]) > 0 and float(r["cpu_s"]) > 0, r
+        assert r["max_rss_mb"] or r["rss_at_most_mb"], r
+    waiting = [(r["outcome"], r["detail"]) for r in rows if r not in ran]
+    assert waiting == [("not-started", "the workflow was cancelled")], rows
 
 
 @pytest.mark.workflow("sleepers")

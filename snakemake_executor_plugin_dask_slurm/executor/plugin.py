@@ -302,11 +302,10 @@ class Executor(RemoteExecutor):
         # Our own registry, not ``active_jobs``: the base class empties that list while
         # a status round runs, so a Ctrl-C at that moment would miss jobs.
         keys = list(self._registry.take_all("the workflow was cancelled"))
-        run = self._run
-        if run is not None and run.source.scheduler_lost():
-            run.source.stop_workers()  # their supervisors end the jobs
-        elif run is not None:
-            run.dispatcher.kill(keys)
+        if self._run is not None:
+            # Kill, and wait (a few seconds at most) for the killed jobs' outcomes: what
+            # they ran goes into the usage report, written once the status thread ends.
+            self._run.failures.stop_jobs(keys)
 
     def shutdown(self) -> None:
         began = time.time()
@@ -316,6 +315,10 @@ class Executor(RemoteExecutor):
             self._wakeup.set()  # the status thread may sit in sleep() for a second
             super().shutdown()
         finally:
+            run = self._run
+            if run is not None:  # outcomes the status thread did not drain before it ended
+                for finished in run.dispatcher.drain():
+                    run.failures.tell(finished)
             command = shlex.join(sys.argv)
             self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()
