@@ -60,6 +60,13 @@ class RunConfig:
 
 #: The usage reports' directory inside the run directory, unless set.
 USAGE_REPORT_DIR = "usage"
+#: The least --dask-slurm-worker-ttl (seconds). Dask's workers heartbeat every 0.5 s with
+#: up to 10 workers (1 s up to 50, 2 s up to 200, n / 200 + 1 s beyond:
+#: ``distributed.scheduler.heartbeat_interval``), and the scheduler waits for at least 10
+#: of them whatever its worker-ttl (``Scheduler.check_worker_ttl``): a smaller value is
+#: raised to 5 s by Dask without a word, and fewer heartbeats would take a worker busy for
+#: a moment for a stopped one.
+MIN_WORKER_TTL = 5
 #: Most worker jobs at once with --dask-slurm-cluster sbatch unless set.
 SBATCH_MODE_WORKER_JOBS = 4
 
@@ -166,6 +173,19 @@ def _check_positive(option: str, value: int | None) -> None:
         raise DaskSlurmError(f"{option} must be at least 1, got {value}.")
 
 
+def _check_worker_ttl(ttl: int) -> None:
+    if ttl < MIN_WORKER_TTL:
+        raise DaskSlurmError(
+            f"--dask-slurm-worker-ttl must be at least {MIN_WORKER_TTL} seconds, got {ttl}. "
+            "Dask's workers heartbeat every 0.5 s (with up to 10 workers; 1 s with up to 50, "
+            "2 s with up to 200, longer beyond), and Dask counts a worker as stopped only "
+            f"after 10 heartbeats are missed, so it never notices one sooner than "
+            f"{MIN_WORKER_TTL} s whatever is given here; fewer heartbeats would take a worker "
+            f"that is busy for a moment for a stopped one. Give {MIN_WORKER_TTL} or more "
+            "(30 by default)."
+        )
+
+
 def _check_attach(settings: ExecutorSettings) -> None:
     if not settings.scheduler_file and not settings.scheduler_address:
         raise DaskSlurmError(
@@ -257,7 +277,7 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
     _check_positive("--dask-slurm-workers", settings.workers)
     _check_positive("--dask-slurm-cpus", settings.cpus)
     _check_positive("--dask-slurm-startup-timeout", settings.startup_timeout)
-    _check_positive("--dask-slurm-worker-ttl", settings.worker_ttl)
+    _check_worker_ttl(settings.worker_ttl)
     for option, value in (
         ("--dask-slurm-landing-margin", settings.landing_margin),
         ("--dask-slurm-runtime-margin", settings.runtime_margin),

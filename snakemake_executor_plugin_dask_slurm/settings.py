@@ -201,8 +201,11 @@ class ExecutorSettings(ExecutorSettingsBase):
             "help": "Seconds a Dask worker may go without a heartbeat before the run treats "
             "it as stopped (a hung node, a stopped process): no job goes to it any more, it "
             "is ended where it runs, and its jobs run again elsewhere once their processes "
-            "are gone. Dask's worker-ttl, at least 10 heartbeats (5 s with up to 10 "
-            "workers). Not for --dask-slurm-cluster attach (the scheduler is not ours).",
+            "are gone. Dask's worker-ttl: at least 5, since Dask waits for 10 missed "
+            "heartbeats in any case (0.5 s apart with up to 10 workers: 5 s; 1 s apart with "
+            "up to 50, 2 s with up to 200), and fewer would take a worker busy for a moment "
+            "for a stopped one. Not for --dask-slurm-cluster attach (the scheduler is not "
+            "ours).",
             "env_var": True,
         },
     )

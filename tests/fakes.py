@@ -36,6 +36,8 @@ class FakeGroupJob:
     attempt: int = 1
     rules: list[str] = field(default_factory=list)
     groupid: str = "grp"
+    threads: int = 1
+    resources: Mapping[str, Any] = field(default_factory=dict)
 
     def is_group(self) -> bool:
         return True

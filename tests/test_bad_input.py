@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -30,6 +31,8 @@ class Case:
     within: float = 20.0  # seconds from start to exit
     env: dict[str, str] = field(default_factory=dict)
     prepare: Callable[[Path], None] | None = None  # sets up the working directory
+    wrap: Callable[[Path], list[str]] = lambda path: []  # what Snakemake's argv runs under
+    starts_nothing: bool = False  # refused before any process of the run is started
 
 
 def stale_scheduler_file(path: Path) -> None:
@@ -42,6 +45,20 @@ def stale_scheduler_file(path: Path) -> None:
 
 def a_file_where_the_run_dir_goes(path: Path) -> None:
     (path / "rundir").write_text("not a directory")
+
+
+def read_only(path: Path) -> list[str]:
+    """Run Snakemake with ``path/reports`` read-only: its mode for a user, a read-only bind
+    mount of it in a mount namespace of Snakemake's own for root (whom modes do not stop)."""
+    reports = path / "reports"
+    reports.mkdir()
+    if os.geteuid() != 0:
+        reports.chmod(0o555)
+        return []
+    if not shutil.which("unshare"):
+        pytest.skip("root needs unshare(1) for a read-only directory")
+    mount = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, str(reports)]
 
 
 def dead_port() -> str:
@@ -91,6 +108,33 @@ CASES = {
         ("--dask-slurm-run-dir", "rundir"),
         ("as the plugin's run directory", "rundir"),
         prepare=a_file_where_the_run_dir_goes,
+    ),
+    "usage-report-dir-in-proc": Case(
+        ("--dask-slurm-usage-report-dir", "/proc/dask-slurm-reports"),
+        (
+            "Cannot write the usage report under /proc/dask-slurm-reports",
+            "--dask-slurm-usage-report-dir",
+            "--dask-slurm-no-usage-report",
+        ),
+        within=10,
+        starts_nothing=True,
+    ),
+    "usage-report-dir-under-a-file": Case(
+        ("--dask-slurm-usage-report-dir", "afile/reports"),
+        ("Cannot write the usage report under", "afile/reports: Not a directory"),
+        within=10,
+        prepare=lambda path: (path / "afile").write_text("a file") and None,
+        starts_nothing=True,
+    ),
+    "usage-report-dir-read-only": Case(
+        ("--dask-slurm-usage-report-dir", "reports"),
+        (
+            "Cannot write the usage report under",
+            f"reports: {'Read-only file system' if os.geteuid() == 0 else 'Permission denied'}",
+        ),
+        within=10,
+        wrap=read_only,
+        starts_nothing=True,
     ),
     "scheduler-file-unwritable": Case(
         ("--dask-slurm-scheduler-file", "/proc/dask-slurm/s.json"),
@@ -190,9 +234,11 @@ def test_bad_input_is_named_at_once(name: str, tmp_path: Path, no_leftovers: str
         case.prepare(tmp_path)
     env = dict(os.environ, DASK_SLURM_TEST_TOKEN=no_leftovers, **case.env)
     env.pop("SLURM_JOB_ID", None)
+    wrap = case.wrap(tmp_path)
     begin = time.monotonic()
     proc = subprocess.run(
-        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2", *case.args],
+        [*wrap, str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2",
+         *case.args],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=case.within + 60,
     )  # fmt: skip
     took = time.monotonic() - begin
@@ -203,6 +249,8 @@ def test_bad_input_is_named_at_once(name: str, tmp_path: Path, no_leftovers: str
         assert text in out, out
     assert "distributed/" not in out, "a traceback from inside Dask reached the user"
     assert not (tmp_path / "a.txt").exists()
+    if case.starts_nothing:  # no scheduler, no worker: neither wrote its log
+        assert not list((tmp_path / ".snakemake" / "dask-slurm").glob("logs/*")), out
     # (no_leftovers: nothing of the run is left running)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -237,6 +239,30 @@ def test_ctrl_c_stops_every_process_and_rerun_completes(workflow: Workflow) -> N
 
 
 @pytest.mark.workflow("sleepers")
+def test_after_ctrl_c_the_report_records_what_the_running_jobs_ran(workflow: Workflow) -> None:
+    """Two sleepers run when Ctrl-C comes (a third waits for a CPU): the report records
+    them as stopped by the cancel, with where, when and how long they ran and what the
+    kernel measured, not as jobs that never started; the waiting one never started."""
+    code, output, _ = interrupt_sleepers(
+        workflow, signal.SIGINT, lambda pid: pid, 3, "--dask-slurm-cpus", "2"
+    )
+    assert code != 0, output
+    report = workflow.path / ".snakemake/dask-slurm/usage/latest/jobs.tsv"
+    with report.open() as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    ran = [r for r in rows if r["outcome"] == "stopped"]
+    assert len(ran) == 2, rows
+    for r in ran:
+        assert r["detail"] == "the workflow was cancelled", r
+        assert r["host"] and r["worker"] and r["started"], r
+        # (interrupted as soon as both started: a sleeper's CPU, but measured)
+        assert float(r["wall_s"]) > 0 and float(r["cpu_s"]) > 0, r
+        assert r["max_rss_mb"] or r["rss_at_most_mb"], r
+    waiting = [(r["outcome"], r["detail"]) for r in rows if r not in ran]
+    assert waiting == [("not-started", "the workflow was cancelled")], rows
+
+
+@pytest.mark.workflow("sleepers")
 def test_sigterm_stops_running_jobs_within_seconds_with_one_message(workflow: Workflow) -> None:
     # SLURM's time limit: SIGTERM, then SIGKILL KillWait (30 s) later. Snakemake alone
     # would wait for the 60 s jobs. Two CPUs, six jobs handed over: two run, four wait.
@@ -455,3 +481,27 @@ def test_a_second_run_in_the_same_directory_stops_at_once_and_leaves_the_first_a
             first.wait()
     assert first.returncode == 0, output
     assert [workflow.read(f"out/slept{i}.txt") for i in range(2)] == ["slept\n"] * 2
+
+
+def test_the_example_ends_by_saying_where_its_results_are(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """example_workflow/ as scripts/example.sh runs it (its own profile): after Snakemake
+    says it is done and the plugin where the usage report is, the last lines name the
+    results and the report, and both are there."""
+    example = Path(__file__).resolve().parents[1] / "example_workflow"
+    dest = tmp_path / "example"
+    shutil.copytree(example, dest, ignore=shutil.ignore_patterns("results", ".snakemake"))
+    run = Workflow(dest, no_leftovers).snakemake()
+    assert run.returncode == 0, run.output
+    lines = run.output.splitlines()
+    done = max(i for i, line in enumerate(lines) if "steps (100%) done" in line)
+    results = next(i for i, line in enumerate(lines) if line.startswith("Results: "))
+    usage = next(i for i, line in enumerate(lines) if line.startswith("Usage report: "))
+    assert done < results < usage, run.output
+    assert "results/summary.tsv" in lines[results], lines[results]
+    assert len((dest / "results/summary.tsv").read_text().splitlines()) == 21
+    report = lines[usage].split()[2]
+    assert (dest / report).is_file(), lines[usage]
+    profile = lines[usage].split()[-1]
+    assert (dest / profile).is_file(), lines[usage]

@@ -56,8 +56,9 @@ def test_the_report_is_exact_and_its_profile_asks_for_less(workflow: Workflow) -
     reference = 2 * max(measured_before, cpu_seconds_of_one_burn())
     assert 0.75 * reference <= cpu <= 1.6 * reference, (cpu, reference, burn)
     assert cpu / wall <= 2.2, burn  # at most two cores busy, never four
-    # ~200 MB held, measured by the kernel (the interpreter adds ~10 MB)
-    assert hold["mem_mb"] == "1000" and 200 <= float(hold["max_rss_mb"]) <= 230, hold
+    # 200 MiB held (209.7 MB: the report is in MB, mem_mb's unit), measured by the kernel
+    # (the interpreter adds ~10 MB)
+    assert hold["mem_mb"] == "1000" and 209 <= float(hold["max_rss_mb"]) <= 240, hold
     assert (bad["outcome"], bad["detail"]) == ("failed", "exited with code 3"), bad
     suggested = (report / "suggested-profile.yaml").read_text()
     assert "set-threads:" in suggested and "burn:" in suggested, suggested

@@ -189,9 +189,10 @@ def connect(
         ) from e
 
 
-def dashboard_line(client: Client, bind_address: str | None) -> str | None:
+def dashboard_line(client: Client, bind_address: str | None, tunnel: bool = True) -> str | None:
     """Where the dashboard is and how to reach it, or None when the scheduler serves none.
-    ``bind_address`` is --dask-slurm-dashboard-address (None: loopback)."""
+    ``bind_address`` is --dask-slurm-dashboard-address (None: loopback); ``tunnel``: say
+    the SSH tunnel to it (not for a scheduler on the user's own machine)."""
     port = client.scheduler_info(n_workers=0).get("services", {}).get("dashboard")
     if port is None:
         return None
@@ -202,6 +203,7 @@ def dashboard_line(client: Client, bind_address: str | None) -> str | None:
         socket.gethostname(),
         os.environ.get("SLURM_SUBMIT_HOST"),
         client.dashboard_link,
+        tunnel,
     )
 
 

@@ -35,6 +35,9 @@ class LocalProcessCluster(ProcessCluster):
         cluster = cls(spec, config.startup_timeout, security)
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
+        # Outside SLURM the scheduler runs where the user runs Snakemake: no tunnel to
+        # offer. Inside an allocation (a batch script) it is on a node like srun mode's.
+        cluster.dashboard_tunnel = "SLURM_JOB_ID" in os.environ
         return cluster
 
     def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:

@@ -156,11 +156,13 @@ class ProcessCluster(ClusterSource):
     #: --dask-slurm-no-dashboard unset, and --dask-slurm-dashboard-address.
     show_dashboard = True
     dashboard_bind: str | None = None
+    #: Whether the dashboard's line says the SSH tunnel to it (not on the user's machine).
+    dashboard_tunnel = True
 
     def dashboard_lines(self) -> list[str]:
         if self.client is None or not self.show_dashboard:
             return []
-        line = dashboard_line(self.client, self.dashboard_bind)
+        line = dashboard_line(self.client, self.dashboard_bind, self.dashboard_tunnel)
         return [line] if line else []
 
     def worker_hint(self) -> str:

@@ -125,9 +125,16 @@ class JobRegistry:
         #: with one message for all (see the executor's fail_run).
         self.fatal: str | None = None
         self._quiet: set[str] = set()
+        #: What :meth:`take_all` took: their tasks still end (killed, cancelled), and
+        #: what they ran is still told (the usage report), though Snakemake is not.
+        self._taken: dict[str, JobRecord] = {}
 
     def get(self, key: str) -> JobRecord | None:
         return self._jobs.get(key)
+
+    def taken(self, key: str) -> JobRecord | None:
+        """The record of ``key`` if :meth:`take_all` took it."""
+        return self._taken.get(key)
 
     def pop(self, key: str) -> JobRecord | None:
         with self._lock:
@@ -247,6 +254,7 @@ class JobRegistry:
         with self._lock:
             self.stop_reason = self.stop_reason or reason
             jobs, self._jobs = self._jobs, {}
+            self._taken.update(jobs)
             if quiet:
                 self._quiet.update(jobs)
         return jobs

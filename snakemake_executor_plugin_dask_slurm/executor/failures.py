@@ -97,8 +97,7 @@ class Failures:
     def ended(self, finished: Finished) -> None:
         registry = self.registry
         record = registry.get(finished.key)
-        if record is not None:
-            self.listeners.ended(record, finished)
+        self.tell(finished)
         on = finished.on
         state = RunState(
             registered=record is not None,
@@ -136,6 +135,14 @@ class Failures:
             self.recovery.call(lambda: self._unless_allocation_ended(finished))
         elif way is Route.FAILED:
             self._fail(finished)
+
+    def tell(self, finished: Finished) -> None:
+        """Tell the listeners how a task ended, also one whose job the run already gave
+        up (taken at Ctrl-C or when the cluster broke): it ran, and the usage report
+        records what it ran. Nothing else is done with it (see :meth:`ended`)."""
+        record = self.registry.get(finished.key) or self.registry.taken(finished.key)
+        if record is not None:
+            self.listeners.ended(record, finished)
 
     def _unless_allocation_ended(self, finished: Finished) -> None:
         """(Recovery thread) A job killed by a signal the plugin did not send."""

@@ -34,7 +34,9 @@ from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
+from ..errors import DaskSlurmError
 from ..report.messages import stopped_line
+from ..report.usage.write import root_problem
 from ..worker import timing
 from . import signals
 from .failures import Failures, Say, Snakemake
@@ -104,6 +106,10 @@ class Executor(RemoteExecutor):
         for warning in self.config.warnings:
             self._warn(warning)
         check_run_dir(self.config.run_dir)
+        if self.config.usage_report_dir is not None:
+            problem = root_problem(self.config.usage_report_dir)
+            if problem:
+                raise DaskSlurmError(problem)
         cores = self.workflow.resource_settings.cores
         given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
         # Planned (settings, allocation, preflight) now; started at the first job, so a
@@ -303,11 +309,10 @@ class Executor(RemoteExecutor):
         # Our own registry, not ``active_jobs``: the base class empties that list while
         # a status round runs, so a Ctrl-C at that moment would miss jobs.
         keys = list(self._registry.take_all("the workflow was cancelled"))
-        run = self._run
-        if run is not None and run.source.scheduler_lost():
-            run.source.stop_workers()  # their supervisors end the jobs
-        elif run is not None:
-            run.dispatcher.kill(keys)
+        if self._run is not None:
+            # Kill, and wait (a few seconds at most) for the killed jobs' outcomes: what
+            # they ran goes into the usage report, written once the status thread ends.
+            self._run.failures.stop_jobs(keys)
 
     def shutdown(self) -> None:
         began = time.time()
@@ -317,6 +322,10 @@ class Executor(RemoteExecutor):
             self._wakeup.set()  # the status thread may sit in sleep() for a second
             super().shutdown()
         finally:
+            run = self._run
+            if run is not None:  # outcomes the status thread did not drain before it ended
+                for finished in run.dispatcher.drain():
+                    run.failures.tell(finished)
             command = shlex.join(sys.argv)
             self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()

@@ -47,21 +47,29 @@ def run_speed_hint(
 
 
 def dashboard_hint(
-    port: int, bound_host: str, here: str, submit_host: str | None, reachable_link: str
+    port: int,
+    bound_host: str,
+    here: str,
+    submit_host: str | None,
+    reachable_link: str,
+    tunnel: bool = True,
 ) -> str:
     """Where to open the dashboard, and the SSH tunnel a user types on a laptop to reach
     one bound to loopback on ``here`` (through ``submit_host``, the login node ``salloc``
-    or ``sbatch`` ran on, when that is another host)."""
+    or ``sbatch`` ran on, when that is another host). ``tunnel`` False: the scheduler runs
+    where the user runs Snakemake, outside SLURM (local mode), so the link is all there is."""
     if bound_host not in ("127.0.0.1", "localhost", "::1"):
         return (
             f"Dask dashboard: {reachable_link} (served on {bound_host or 'every interface'}"
             ", without a login: anyone who can reach that port can see it)"
         )
+    if not tunnel:
+        return f"Dask dashboard: http://127.0.0.1:{port}/status (loopback only)"
     jump = ["-J", submit_host] if submit_host and submit_host not in (here, "localhost") else []
-    tunnel = " ".join(["ssh", "-N", "-L", f"{port}:127.0.0.1:{port}", *jump, here])
+    ssh = " ".join(["ssh", "-N", "-L", f"{port}:127.0.0.1:{port}", *jump, here])
     return (
         f"Dask dashboard: http://127.0.0.1:{port}/status on {here} (loopback only); from "
-        f"your laptop run '{tunnel}', then open http://localhost:{port}/status"
+        f"your laptop run '{ssh}', then open http://localhost:{port}/status"
     )
 
 

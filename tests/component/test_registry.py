@@ -75,6 +75,9 @@ def test_take_all_forgets_every_job_and_can_silence_their_failures(tmp_path: Pat
     taken = registry.take_all("cluster broke", quiet=True)
     assert list(taken) == ["thin-1", "thin-2"] and registry.keys() == []
     assert registry.is_quiet("thin-1") and not registry.is_quiet("thin-3")
+    # Their tasks still end (killed, cancelled): what ran is still told (usage report).
+    assert registry.get("thin-1") is None and registry.taken("thin-1") is taken["thin-1"]
+    assert registry.taken("thin-3") is None
 
 
 def test_a_rerun_claims_the_job_then_registers_it_under_a_new_key(tmp_path: Path) -> None:

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.config import choose_cluster, resolve
+from snakemake_executor_plugin_dask_slurm.config import MIN_WORKER_TTL, choose_cluster, resolve
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 from snakemake_executor_plugin_dask_slurm.settings import ExecutorSettings
 
@@ -53,6 +54,8 @@ def test_srun_outside_an_allocation_says_how_to_get_one() -> None:
         (ExecutorSettings(scheduler_address="tcp://a:1"), "only applies to --dask-slurm-cl"),
         (ExecutorSettings(srun_args="--x 'unclosed"), "Cannot split --dask-slurm-srun-args"),
         (ExecutorSettings(dashboard_address="8787"), "expected HOST:PORT or :PORT"),
+        (ExecutorSettings(worker_ttl=1), "--dask-slurm-worker-ttl must be at least 5 seconds, got"),
+        (ExecutorSettings(worker_ttl=4), "Dask counts a worker as stopped only after 10"),
         (ExecutorSettings(landing_margin=-1), "--dask-slurm-landing-margin must be 0 or more"),
         (ExecutorSettings(runtime_margin=-5), "--dask-slurm-runtime-margin must be 0 or more"),
         (ExecutorSettings(dashboard_address="http://h:1"), "expected HOST:PORT or :PORT"),
@@ -63,6 +66,12 @@ def test_invalid_settings_are_refused_with_the_valid_choices(
 ) -> None:
     with pytest.raises(DaskSlurmError, match=message.replace("(", r"\(")):
         resolve(settings, {}, Path("/wd"))
+
+
+def test_the_least_worker_ttl_is_accepted_and_named_in_its_help() -> None:
+    assert resolve(ExecutorSettings(worker_ttl=MIN_WORKER_TTL), {}, Path("/wd")).worker_ttl == 5
+    ttl = next(f for f in dataclasses.fields(ExecutorSettings) if f.name == "worker_ttl")
+    assert f"at least {MIN_WORKER_TTL}," in ttl.metadata["help"]
 
 
 def test_resolve_defaults() -> None:

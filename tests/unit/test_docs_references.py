@@ -168,3 +168,28 @@ def test_the_package_names_paths_to_check() -> None:
 @pytest.mark.parametrize(("module", "path"), package_paths())
 def test_every_path_the_package_names_exists(module: str, path: str) -> None:
     assert (ROOT / path).exists(), f"{module} names {path}, which does not exist"
+
+
+def test_every_setting_the_docs_name_exists() -> None:
+    import dataclasses
+
+    from snakemake_executor_plugin_dask_slurm.settings import ExecutorSettings
+
+    settings = {
+        f"--dask-slurm-{f.name.replace('_', '-')}" for f in dataclasses.fields(ExecutorSettings)
+    }
+    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
+        named = set(re.findall(r"--dask-slurm-[a-z][a-z-]*[a-z]", path.read_text()))
+        assert named <= settings, (path.name, sorted(named - settings))
+
+
+def test_the_catalog_page_tells_of_the_warm_path_and_the_usage_report() -> None:
+    """docs/intro.md is what the Snakemake plugin catalog shows: the two things a user
+    meets in every run are there, with the files the report writes and how to turn each off."""
+    from snakemake_executor_plugin_dask_slurm.report.usage import write
+
+    intro = (ROOT / "docs" / "intro.md").read_text()
+    assert "**warm**" in intro and "--dask-slurm-no-warm" in intro
+    assert "**usage" in intro and "--dask-slurm-no-usage-report" in intro
+    for name in (write.JOBS_FILE, write.RULES_FILE, write.PAGE_FILE, write.PROFILE_FILE):
+        assert f"`{name}`" in intro, name

@@ -111,3 +111,11 @@ def test_the_dashboard_hint_names_the_tunnel() -> None:
     assert "http://127.0.0.1:8787/status on laptop" in laptop
     public = dashboard_hint(8787, "", "n1", "login1", "http://10.0.0.1:8787/status")
     assert "http://10.0.0.1:8787/status" in public and "without a login" in public
+
+
+def test_the_dashboard_hint_in_local_mode_is_the_link_only() -> None:
+    # The scheduler runs where the user runs Snakemake: no tunnel, no laptop.
+    here = dashboard_hint(8787, "127.0.0.1", "ws1", None, "unused", tunnel=False)
+    assert here == "Dask dashboard: http://127.0.0.1:8787/status (loopback only)"
+    public = dashboard_hint(8787, "", "ws1", None, "http://10.0.0.1:8787/status", tunnel=False)
+    assert public.startswith("Dask dashboard: http://10.0.0.1:8787/status (served on every")

@@ -24,7 +24,10 @@ from snakemake_executor_plugin_dask_slurm.report.usage.aggregate import (
     percentile,
     rule_stats,
 )
-from snakemake_executor_plugin_dask_slurm.report.usage.collect import classify
+from snakemake_executor_plugin_dask_slurm.report.usage.collect import (
+    classify,
+    handover_from_job,
+)
 from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     round_mem_mb,
     round_runtime,
@@ -34,13 +37,16 @@ from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     threads_for,
 )
 from snakemake_executor_plugin_dask_slurm.report.usage.write import (
+    GROUP_WHY,
     JOBS_COLUMNS,
     RULES_COLUMNS,
     jobs_tsv,
+    offender_line,
     profile_yaml,
     rules_tsv,
 )
 from snakemake_executor_plugin_dask_slurm.worker.wire import Usage
+from tests.fakes import FakeGroupJob
 
 
 def row(
@@ -302,8 +308,8 @@ def test_classify(
 
 
 def fed_collector() -> tuple[UsageCollector, RunFacts]:
-    """burn: 2 of 4 threads; hold: 200 MB of 16,000; flaky: a failure, a lost job run
-    again, one not started."""
+    """burn: 2 of 4 threads; hold: 200 MiB (209.7 MB) of 16,000 MB; flaky: a failure, a
+    lost job run again, one not started."""
     c = UsageCollector(clock=lambda: 50.0)
     c.worker_joined("n1", "n1", 8, 32000, "5", at=0.0)
 
@@ -346,8 +352,9 @@ def test_jobs_tsv_has_one_row_per_attempt_including_failed_lost_and_rerun() -> N
         ("flaky-22", "not-started", "0"),
     ]
     hold = next(r for r in cells if r["rule"] == "hold")
+    # The kernel's 200 MiB in MB, the unit of mem_mb beside it.
     assert (hold["max_rss_mb"], hold["mem_mb"], hold["wall_s"], hold["wait_s"]) == (
-        "200", "16000", "1.000000", "1.000000",
+        "209.715", "16000", "1.000000", "1.000000",
     )  # fmt: skip
     assert len(cells) == 8
 
@@ -361,7 +368,9 @@ def test_rules_tsv_and_the_closing_lines(tmp_path: Path) -> None:
     assert "8 job attempt(s): 5 done, 1 failed, 1 lost, 1 not-started" in lines[0]
     burn = "usage: rule burn: asks 4 threads, uses 2.0 on average -> threads: 2; asks no mem_mb"
     assert any(line.startswith(burn) for line in lines), lines
-    assert "usage: rule hold: asks mem_mb 16,000, peak 200 MB -> mem_mb: 250" in lines
+    # 1.2 x 209.7 MB is 251.7 MB: 300 (read as MB, 200 MiB would have given 250, short of
+    # the 1.2x headroom in Snakemake's unit).
+    assert "usage: rule hold: asks mem_mb 16,000, peak 210 MB -> mem_mb: 300" in lines
     assert lines[-1].startswith(f"usage report: {tmp_path / 'rules.tsv'};")
     assert sorted(os.listdir(tmp_path)) == ["jobs.tsv", "rules.tsv", "suggested-profile.yaml"]
 
@@ -389,7 +398,7 @@ def test_the_suggested_profile_is_read_back_by_snakemakes_own_loader(
     assert resources == {
         "burn": {"mem_mb": 50, "runtime": 1},
         "flaky": {"mem_mb": 50, "runtime": 1},
-        "hold": {"mem_mb": 250, "runtime": 1},
+        "hold": {"mem_mb": 300, "runtime": 1},
         "sized": {"runtime": 1},
     }
     assert "#     mem_mb:" not in path.read_text() and "    # mem_mb: 50" in path.read_text()
@@ -433,11 +442,34 @@ def test_a_job_below_its_workers_peak_is_an_at_most_row() -> None:
     c = UsageCollector()
     for key, rss_kb in (("small", 3 << 10), ("big", 900 << 10)):
         c.handed_over(Handover(key, key, 1, 1, "direct", 1, None, None, 0.0))
-        # the kernel reports max(the worker's peak, the job's): 70 MB for the small one
+        # the kernel reports max(the worker's peak, the job's): 70 MiB for the small one
         usage = Usage("n1", "w1", "", 1.0, 1.0, 0.5, max(rss_kb, 70 << 10), 70 << 10)
         c.ended(key, Ended(True, usage))
     rows = {a.key: a for a in c.attempts()}
-    assert (rows["small"].max_rss_mb, rows["small"].rss_at_most_mb) == (None, 70.0)
-    assert (rows["big"].max_rss_mb, rows["big"].rss_at_most_mb) == (900.0, None)
+    # In MB (10^6 bytes), Snakemake's mem_mb unit: 70 MiB is 73.4 MB, 900 MiB 943.7 MB.
+    assert (rows["small"].max_rss_mb, rows["small"].rss_at_most_mb) == (None, 73.40032)
+    assert (rows["big"].max_rss_mb, rows["big"].rss_at_most_mb) == (943.7184, None)
     small = next(s for s in rule_stats(rows.values()) if s.rule == "small")
-    assert (small.rss_max_mb, small.rss_at_most_mb, small.peak_mb) == (None, 70.0, 70.0)
+    assert (small.rss_max_mb, small.rss_at_most_mb, small.peak_mb) == (None, 73.40032, 73.40032)
+
+
+def test_a_group_job_is_told_as_one_with_its_members_rules_and_left_out_of_the_profile() -> None:
+    """A group job is one task: its figures are the group's (CPU summed over its members,
+    its largest process's peak), none one member rule's. The line at the end says what the
+    group as a whole would need and which rules to change; the profile names it, why it
+    is not there, and has no entry for it or, on its figures, for its members' rules."""
+    job = FakeGroupJob("grp", rules=["b", "a", "b"], threads=8, resources={"mem_mb": 4000})
+    c = UsageCollector()
+    h = handover_from_job(job, "grp-1", "general", 0.0)
+    assert (h.rule, h.group, h.members) == ("group grp", True, ("a", "b"))
+    c.handed_over(h)
+    c.ended("grp-1", Ended(True, Usage("n1", "w1", "", 1.0, 100.0, 100.0, 300 << 10)))
+    (s,) = rule_stats(c.attempts())
+    assert s.members == ("a", "b")
+    assert offender_line(s) == (
+        "group job grp (rules a, b): asks 8 threads, uses 1.0 on average -> 1 for the whole "
+        f"group; asks mem_mb 4,000, peak 315 MB -> 400 for the whole group; {GROUP_WHY}"
+    )
+    text = profile_yaml([s], RunFacts(0.0, 200.0, "local", ""), 1)
+    assert "# Not here: group job grp (rules a, b). A group job is measured as one task" in text
+    assert yaml.safe_load(text) == {"set-threads": None, "set-resources": None}

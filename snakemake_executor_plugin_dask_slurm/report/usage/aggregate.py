@@ -77,6 +77,7 @@ class RuleStats:
     rss_at_most_mb: float | None
     varies: tuple[str, ...]  # "wall time", "memory"
     suggestion: Suggestion
+    members: tuple[str, ...] = ()  # a group job's members' rules
 
     @property
     def unused_s(self) -> float:
@@ -184,6 +185,7 @@ def _one_rule(rule: str, rows: list[Attempt]) -> RuleStats:
             walls[-1] if walls else None,
             at_most,
         ),
+        members=rows[0].members,
     )
 
 

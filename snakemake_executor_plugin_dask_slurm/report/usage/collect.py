@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...worker.proctree import describe_exit
-from .rows import Attempt, Ended, Handover, Outcome, RunFacts, WorkerSpan
+from .rows import Attempt, Ended, Handover, Outcome, RunFacts, WorkerSpan, mb_of_kib
 
 
 def _number(value: Any) -> float | None:
@@ -47,6 +47,7 @@ def handover_from_job(job: Any, key: str, way: str, at: float | None = None) -> 
         at=time.time() if at is None else at,
         wildcards=",".join(f"{k}={v}" for k, v in wildcards.items()),
         group=group,
+        members=tuple(sorted({str(rule) for rule in job.rules})) if group else (),
     )
 
 
@@ -210,10 +211,11 @@ def attempt_row(
     return Attempt(
         h.key, h.rule, h.jobid, h.attempt, h.rerun, h.way, h.wildcards, h.group, h.threads,
         h.mem_mb, h.runtime_min, h.at, outcome, detail,
-        *(("", "", "", None, None, None, None, None) if u is None else (
+        *(("", "", "", None, None, None, None, None, h.members) if u is None else (
             u.host, u.worker, u.slurm_job, u.started, u.wall, u.cpu,
-            u.max_rss_kb / 1024 if u.rss_exact else None,
-            None if u.rss_exact else u.max_rss_kb / 1024,
+            mb_of_kib(u.max_rss_kb) if u.rss_exact else None,
+            None if u.rss_exact else mb_of_kib(u.max_rss_kb),
+            h.members,
         )),
     )  # fmt: skip
 

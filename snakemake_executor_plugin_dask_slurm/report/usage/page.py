@@ -592,9 +592,10 @@ def _rules_memory(stats: Sequence[RuleStats]) -> Any:
     rules = [s.rule for s in stats]
     plot = _rule_figure(
         "Per rule: mem_mb asked (light; none: no bar) against peak RSS: largest (dark),"
-        " median (dot), at most (hatched: jobs that stayed below their worker's own peak)",
+        " median (dot), at most (hatched: jobs that stayed below their worker's own peak);"
+        " all in MB (10^6 bytes, the unit of Snakemake's mem_mb)",
         rules,
-        "MB",
+        "MB (10^6 bytes)",
     )
     source = ColumnDataSource(
         {

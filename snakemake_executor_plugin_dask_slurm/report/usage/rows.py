@@ -15,6 +15,18 @@ from ...worker.wire import Usage
 #: stopped: the run stopped it (landing before the time limit, SIGTERM, Ctrl-C, a broken
 #: cluster); not-started: it was handed over (or refused at hand-over) and never ran.
 Outcome = Literal["done", "failed", "lost", "stopped", "not-started"]
+
+#: Every memory figure of the report is in MB, 10^6 bytes: the unit of Snakemake's
+#: ``mem_mb`` (its ``mem_mib`` is the other one), which the suggestions compare with and
+#: the suggested profile writes. The kernel gives peak RSS in KiB (``ru_maxrss``).
+BYTES_PER_MB = 1_000_000
+
+
+def mb_of_kib(kib: float) -> float:
+    """A size the kernel gives in KiB (1,024 bytes), in MB (10^6 bytes)."""
+    return kib * 1024 / BYTES_PER_MB
+
+
 OUTCOMES: tuple[Outcome, ...] = ("done", "failed", "lost", "stopped", "not-started")
 
 
@@ -35,6 +47,8 @@ class Handover:
     #: 0 for the attempt's first run; n for its n-th run after its worker died under it.
     rerun: int = 0
     group: bool = False
+    #: A group job's members' rules (each once, sorted): what a user changes to size it.
+    members: tuple[str, ...] = ()
 
 
 class Ended(NamedTuple):
@@ -110,11 +124,12 @@ class Attempt(NamedTuple):
     started: float | None = None  # the worker's clock
     wall: float | None = None
     cpu: float | None = None
-    #: The attempt's peak RSS (its largest process's), when the kernel could tell it.
+    #: The attempt's peak RSS (its largest process's), MB, when the kernel could tell it.
     max_rss_mb: float | None = None
-    #: Otherwise, what its peak was at most: the job's first process inherits the worker's
+    #: Otherwise, what its peak was at most (MB): the job's first process inherits the worker's
     #: own peak (see :class:`...worker.wire.Usage`), and the job stayed below it.
     rss_at_most_mb: float | None = None
+    members: tuple[str, ...] = ()  # a group job's members' rules (Handover.members)
 
     @property
     def finished(self) -> float | None:

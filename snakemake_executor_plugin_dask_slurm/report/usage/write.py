@@ -76,6 +76,26 @@ def point_latest(root: Path, directory: Path) -> None:
     os.replace(tmp, root / LATEST)
 
 
+def root_problem(root: Path) -> str | None:
+    """Why the reports cannot be written under ``root`` (created if missing), in a
+    sentence for the user; None if they can. Checked at the start of a run, so an unusable
+    directory stops it before anything starts instead of losing its report at the end."""
+    probe = root / f".write-test-{os.getpid()}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        where = f" ({e.filename})" if e.filename else ""
+        return (
+            f"Cannot write the usage report under {root}: {e.strerror or e}{where}. The "
+            "report is written there at the end of the run, so this run would lose it. "
+            "Choose a directory you can write with --dask-slurm-usage-report-dir, or turn "
+            "the report off with --dask-slurm-no-usage-report."
+        )
+    return None
+
+
 def _atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
@@ -180,13 +200,19 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
         "# attempts), from what each rule's jobs used, measured exactly on the workers.",
         "# Pass it with --profile <this file> (alongside your own profiles), or paste what",
         f"# you want. Memory and runtime: {HEADROOM}x the largest use, rounded up; threads:",
-        f"# the cores its jobs kept busy at p{CORES_PERCENTILE}. See the plugin's docs,",
-        '# docs/further.md, "The usage report".',
+        f"# the cores its jobs kept busy at p{CORES_PERCENTILE}. Memory is in MB (10^6 bytes),",
+        "# the unit of Snakemake's mem_mb (the kernel's peak RSS in KiB converted). See the",
+        '# plugin\'s docs, docs/further.md, "The usage report".',
     ]
     rules = [s for s in stats if not s.group]
-    groups = [s.rule for s in stats if s.group]
+    groups = [group_label(s) for s in stats if s.group]
     if groups:
-        head.append(f"# Not here: group jobs ({', '.join(groups)}); their members' rules are.")
+        head += [
+            f"# Not here: {', '.join(groups)}. A group job is measured as one task (its",
+            "# members' CPU summed, its largest process's peak), so no figure is one member",
+            "# rule's; Snakemake sizes a group job from its members' rules: see rules.tsv",
+            "# for what the group as a whole used and change those rules' values yourself.",
+        ]
     threads: list[str] = []
     resources: list[str] = []
     for s in sorted(rules, key=lambda s: s.rule):
@@ -248,25 +274,50 @@ def _counts(attempts: Sequence[Attempt]) -> str:
     return ", ".join(parts) or "none"
 
 
+#: Why a group job is not in the suggested profile (its line at the end, the profile).
+GROUP_WHY = (
+    "measured as one task (its members' CPU summed, its largest process's peak), so no "
+    "figure is one member's: Snakemake sizes a group job from its members' rules, change "
+    "theirs; not in the suggested profile"
+)
+
+
 def offender_line(s: RuleStats) -> str | None:
     """``rule align: asks 8 threads, uses 1.3 on average -> threads: 2; ...``, or None
-    when the rule's suggestion keeps what it asked."""
+    when the rule's suggestion keeps what it asked. A group job's line gives what the
+    group as a whole would need, and why no rule of it gets a suggestion
+    (:data:`GROUP_WHY`)."""
     g = s.suggestion
+
+    def to(name: str, value: int | None) -> str:
+        return f"-> {value} for the whole group" if s.group else f"-> {name}: {value}"
+
     parts = []
     if "threads" in g.changed and s.cores_mean is not None:
         what = f"{s.threads} thread{'s' if s.threads != 1 else ''}"
-        parts.append(f"asks {what}, uses {s.cores_mean:.1f} on average -> threads: {g.threads}")
+        parts.append(f"asks {what}, uses {s.cores_mean:.1f} on average {to('threads', g.threads)}")
     peak = s.peak_mb
     if "mem_mb" in g.changed and peak is not None:
         asked = f"asks mem_mb {s.mem_mb:,.0f}" if s.mem_mb is not None else "asks no mem_mb"
         at_most = "at most " if peak != s.rss_max_mb else ""
-        parts.append(f"{asked}, peak {at_most}{peak:,.0f} MB -> mem_mb: {g.mem_mb}")
+        parts.append(f"{asked}, peak {at_most}{peak:,.0f} MB {to('mem_mb', g.mem_mb)}")
     if "runtime" in g.changed and s.runtime_min is not None and s.wall_max is not None:
         longest = duration(s.wall_max)
         parts.append(
-            f"asks runtime {s.runtime_min:g} min, longest {longest} -> runtime: {g.runtime}"
+            f"asks runtime {s.runtime_min:g} min, longest {longest} {to('runtime', g.runtime)}"
         )
-    return f"rule {s.rule}: {'; '.join(parts)}" if parts else None
+    if not parts:
+        return None
+    if s.group:
+        return f"{group_label(s)}: {'; '.join(parts)}; {GROUP_WHY}"
+    return f"rule {s.rule}: {'; '.join(parts)}"
+
+
+def group_label(s: RuleStats) -> str:
+    """``group job g (rules a, b)``."""
+    name = s.rule.removeprefix("group ")
+    rules = f" (rule{'s' if len(s.members) != 1 else ''} {', '.join(s.members)})"
+    return f"group job {name}{rules if s.members else ''}"
 
 
 def summary_lines(
