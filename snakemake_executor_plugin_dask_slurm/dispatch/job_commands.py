@@ -34,7 +34,7 @@ from snakemake.logging import logger
 from snakemake.shell import shell as snakemake_shell
 from snakemake.utils import QuotedFormatter, SequenceFormatter
 
-from ..warm.command import Unsplittable, parse_job_command
+from ..warm.command import JobCommand, Unsplittable, parse_job_command
 from ..worker.wire import SYSTEM_TMPDIR, TaskSpec, WarmSpec
 from .direct_way import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
 from .group_runner import MODULE as GROUP_RUNNER
@@ -263,28 +263,38 @@ def env_modules_of(rule: Any, workflow: Any) -> Any:
     return rule.env_modules
 
 
+def parsed(command: str) -> JobCommand | Unsplittable:
+    """``command`` read as a job command (:func:`..warm.command.parse_job_command`), or
+    what does not fit; read once per job, for both :func:`general_argv` and
+    :func:`warm_spec`."""
+    try:
+        return parse_job_command(command)
+    except Unsplittable as e:
+        return e
+
+
 def general_argv(
-    command: str, env: tuple[tuple[str, str], ...]
+    command: str, env: tuple[tuple[str, str], ...], found: JobCommand | Unsplittable | None = None
 ) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
     """The argument list and environment that run a general-way job command: its
     interpreter, exec'd with the command's exports added to ``env``, as ``sh -c`` would
     (and without a shell between the worker and the job, which could change the job's
-    environment); any other shape through :data:`GENERAL_SHELL`."""
-    try:
-        found = parse_job_command(command)
-    except Unsplittable:
-        return (GENERAL_SHELL, "-c", command), env
-    if found.cd is not None:
+    environment); any other shape through :data:`GENERAL_SHELL`. ``found``: the command
+    already :func:`parsed`."""
+    found = parsed(command) if found is None else found
+    if isinstance(found, Unsplittable) or found.cd is not None:
         return (GENERAL_SHELL, "-c", command), env
     return (found.python, "-m", found.module, *found.argv), env + found.exports
 
 
-def warm_spec(command: str, group: bool, log_dir: str) -> WarmSpec | str:
-    """The warm path's view of a general-way job command, or why it has none."""
-    try:
-        found = parse_job_command(command)
-    except Unsplittable as e:
-        return f"its job command needs a shell to run: {e}"
+def warm_spec(
+    command: str, group: bool, log_dir: str, found: JobCommand | Unsplittable | None = None
+) -> WarmSpec | str:
+    """The warm path's view of a general-way job command, or why it has none (``found``:
+    the command already :func:`parsed`)."""
+    found = parsed(command) if found is None else found
+    if isinstance(found, Unsplittable):
+        return f"its job command needs a shell to run: {found}"
     if found.module not in ("snakemake", GROUP_RUNNER):
         return f"its job command runs {found.module}, not snakemake"
     return WarmSpec(found.python, found.argv, found.exports, group, log_dir)
@@ -419,8 +429,9 @@ class JobCommandBuilder:
         command = self.format_job_exec(job)
         if job.is_group():
             command = with_group_runner(command, sys.executable)
-        argv, env = general_argv(command, self._base_env)
-        warm = self._warm(job, command)
+        found = parsed(command)
+        argv, env = general_argv(command, self._base_env, found)
+        warm = self._warm(job, command, found)
         spec = TaskSpec(
             key, argv, self.workdir, env, self.log_path(job), None, job.priority,
             warm=warm if isinstance(warm, WarmSpec) else None,
@@ -428,7 +439,7 @@ class JobCommandBuilder:
         )  # fmt: skip
         return spec, "general"
 
-    def _warm(self, job: Any, command: str) -> WarmSpec | str:
+    def _warm(self, job: Any, command: str, found: JobCommand | Unsplittable) -> WarmSpec | str:
         """How the warm path runs this general-way job, or why it goes the cold way."""
         if not self.warm:
             return WARM_OFF
@@ -436,7 +447,7 @@ class JobCommandBuilder:
         if rules not in self._deployment:
             self._deployment[rules] = deployment_reason(job, self.workflow)
         reason = self._deployment[rules]
-        return reason if reason else warm_spec(command, job.is_group(), self._warm_log_dir)
+        return reason or warm_spec(command, job.is_group(), self._warm_log_dir, found)
 
     def _direct(self, job: Any, key: str, needs: float | None = None) -> TaskSpec | None:
         """The direct way's spec, or None when this job must go the general way."""

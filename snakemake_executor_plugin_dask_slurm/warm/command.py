@@ -25,9 +25,37 @@ class Unsplittable(ValueError):
     """The command needs a shell to mean what it means."""
 
 
+#: One word: plain characters and quoted parts (double quotes without an expansion or an
+#: escape inside).
+_WORD = r"""(?:[^ \t\n$`\\*?\[;|<>()#~"'&]+|'[^']*'|"[^"$`\\]*")+"""
+#: A whole command of the shapes :func:`split_words` accepts: blanks, ``&&`` where a word
+#: could start, and words each ended by a blank or the end.
+_ACCEPTED = re.compile(rf"(?:[ \t\n]+|&&|{_WORD}(?=[ \t\n]|\Z))*")
+_TOKENS = re.compile(rf"&&|{_WORD}")
+#: The parts of a word with quotes: single-quoted, double-quoted, plain.
+_PART = re.compile(r"""'([^']*)'|"([^"]*)"|([^'"]+)""")
+
+
 def split_words(command: str) -> list[str]:
     """The words of ``command`` as ``sh`` would pass them, with ``&&`` as a word of its
-    own; raises :class:`Unsplittable` if the shell would interpret any part of it."""
+    own; raises :class:`Unsplittable` if the shell would interpret any part of it.
+
+    A job command is split once per general-way job on Snakemake's side, so the usual
+    shape is read by regular expressions; anything else is left to :func:`_split_slowly`,
+    the character-by-character reading that says what does not fit (the two give the same
+    words: tests/unit/test_warm_parts.py compares them)."""
+    if _ACCEPTED.fullmatch(command) is None:
+        return _split_slowly(command)
+    return [
+        word
+        if "'" not in word and '"' not in word
+        else "".join(a or b or c for a, b, c in _PART.findall(word))
+        for word in _TOKENS.findall(command)
+    ]
+
+
+def _split_slowly(command: str) -> list[str]:
+    """:func:`split_words`, one character at a time."""
     words: list[str] = []
     word: list[str] = []
     started = False

@@ -5,12 +5,15 @@ Snakemake internals it uses (fails loudly on a release that changes them)."""
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.cold_ways import ColdWays
 from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import warm_spec
+from snakemake_executor_plugin_dask_slurm.warm import command as command_module
 from snakemake_executor_plugin_dask_slurm.warm import marker, snakemake_side
 from snakemake_executor_plugin_dask_slurm.warm.command import (
     Unsplittable,
@@ -58,6 +61,23 @@ def test_a_command_splits_as_a_shell_splits_it(command: str, words: list[str]) -
 def test_anything_a_shell_would_interpret_is_refused(command: str) -> None:
     with pytest.raises(Unsplittable):
         split_words(command)
+
+
+def test_the_fast_split_is_the_character_by_character_one() -> None:
+    """split_words reads the usual shape with regular expressions; on random text of the
+    characters that matter it gives the same words, or the same refusal, as _split_slowly."""
+    rng = random.Random(29)
+    alphabet = [*"ab =/-_.\t\n$`\\*?[;|<>()#~\"'&", "&&", "'x y'", '"q r"', " && ", "''"]
+
+    def outcome(split: Any, text: str) -> tuple[str, object]:
+        try:
+            return ("words", split(text))
+        except Unsplittable as e:
+            return ("refused", str(e))
+
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        assert outcome(split_words, text) == outcome(command_module._split_slowly, text), text
 
 
 def test_a_job_command_gives_its_interpreter_arguments_and_exports() -> None:
