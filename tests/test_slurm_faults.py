@@ -32,7 +32,14 @@ from tests.appenders import (
     worker_pids,
 )
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
-from tests.test_warm import FAULTS_ARGS, check_faults, drive_faults
+from tests.test_warm import (
+    FAULTS_ARGS,
+    HANGS_ENV,
+    check_faults,
+    check_hangs,
+    drive_faults,
+    drive_hangs,
+)
 from tests.waiting import eventually, still_running
 
 if TYPE_CHECKING:
@@ -221,3 +228,18 @@ def test_faults_of_the_warm_path_on_the_nodes(
     ) as proc:  # fmt: skip
         output = drive_faults(workdir, proc)
     check_faults(workdir, proc.returncode, output)
+
+
+def test_a_stopped_zygote_or_primed_server_on_a_node(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """tests/test_warm.py's stopped zygote and primed server, on a node of an allocation."""
+    workdir = Path(shutil.copytree(WORKFLOWS / "warm_hangs", tmp_path / "wf"))
+    with slurm_cluster.salloc_background(
+        f"hang-{no_leftovers}",
+        ["-N1", "--exclusive", "--time=5", f"--chdir={workdir}"],
+        [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "4", "--dask-slurm-no-usage-report"],
+        {"DASK_SLURM_TEST_TOKEN": no_leftovers, **HANGS_ENV},
+    ) as proc:  # fmt: skip
+        output, servers = drive_hangs(workdir, proc)
+    check_hangs(workdir, proc.returncode, output, servers)

@@ -3,6 +3,7 @@ and with Snakemake's local executor; and its faults are as safe as the cold way'
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -275,3 +276,109 @@ def check_faults(workdir: Path, code: int | None, output: str) -> None:
     assert "rule segv" in output and "was killed by signal SIGSEGV" in output, output
     assert (workdir / "out/thread_side.txt").exists(), "the job ended before its thread"
     assert (workdir / "out/threads.txt").exists()
+
+
+def warm_servers(workdir: Path) -> list[int]:
+    """The primed servers of this workflow's zygote: forks of it (a job's process is a
+    fork of a server)."""
+    zygotes = set(warm_processes(workdir))
+    found = []
+    for pid, cmd in live_processes("no-token", str(workdir)):
+        if "warm.zygote" in cmd:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) in zygotes:
+                    found.append(pid)
+    return found
+
+
+def check_one_copy_at_a_time(workdir: Path, victim: str, events: str) -> None:
+    """The victim's output is one copy's, whole; the stopped copy and the cold one never
+    ran at once."""
+    lines = (workdir / f"out/{victim}.txt").read_text().splitlines()
+    assert [line.split()[0] for line in lines] == list(map(str, range(1, 11))), lines
+    assert len({line.split()[1] for line in lines}) == 1, lines
+    copies: dict[str, list[float]] = {}
+    for line in (workdir / events).read_text().splitlines():
+        _, pid, _, when = line.split()
+        copies.setdefault(pid, []).append(float(when))
+    assert len(copies) == 2, copies  # the warm copy under the stopped process, then cold
+    first, second = sorted(copies.values())
+    assert max(first) < min(second), f"two copies of {victim} ran at once"
+
+
+#: The hang bound the test gives the warm side (DASK_SLURM_WARM_HANG_AFTER), in seconds.
+HANG_AFTER = 4
+
+
+@pytest.mark.timeout(300)
+def test_a_stopped_zygote_or_primed_server_is_noticed_and_its_jobs_run_again(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """SIGSTOP (what a process blocked on a hung filesystem looks like) of the zygote under
+    one job, then of the primed server under the next: each is noticed within the bound,
+    killed, and its job runs again the cold way, never two copies at once; the run goes on
+    warm with a new zygote and completes."""
+    workdir = tmp_path / "wf"
+    shutil.copytree(WORKFLOWS / "warm_hangs", workdir)
+    env = dict(os.environ, DASK_SLURM_TEST_TOKEN=no_leftovers, **HANGS_ENV)
+    env.pop("SLURM_JOB_ID", None)
+    proc = subprocess.Popen(
+        [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "2", "--dask-slurm-cpus", "2",
+         "--dask-slurm-no-usage-report"],
+        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        output, servers = drive_hangs(workdir, proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check_hangs(workdir, proc.returncode, output, servers)
+
+
+#: What the hang tests give the warm side: a hang bound of HANG_AFTER seconds.
+HANGS_ENV = {"DASK_SLURM_WARM_HANG_AFTER": str(HANG_AFTER)}
+
+
+def drive_hangs(workdir: Path, proc: subprocess.Popen[str]) -> tuple[str, list[int]]:
+    """Stop the zygote under `victim`, then the primed server under `server_victim`;
+    Snakemake's output and the servers stopped."""
+    stopped: list[int] = []
+    try:
+        wait_for(workdir / "events.log", proc)
+        zygotes = warm_processes(workdir)
+        assert len(zygotes) == 1, zygotes
+        os.kill(zygotes[0], signal.SIGSTOP)
+        stopped += zygotes
+        began = time.monotonic()
+        wait_for(workdir / "server_events.log", proc)
+        # noticed within the bound (plus an interval), then victim's copy ran again (3 s)
+        assert time.monotonic() - began < HANG_AFTER * 1.25 + 3 + 10
+        servers = warm_servers(workdir)
+        assert servers and not set(servers) & set(stopped), servers
+        for server in servers:
+            os.kill(server, signal.SIGSTOP)
+        stopped += servers
+        output, _ = proc.communicate(timeout=180)
+        return output, servers
+    finally:
+        for pid in stopped:  # a process SIGKILL missed is then found by no_leftovers
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def check_hangs(workdir: Path, code: int | None, output: str, servers: list[int]) -> None:
+    assert code == 0, output
+    check_one_copy_at_a_time(workdir, "victim", "events.log")
+    check_one_copy_at_a_time(workdir, "server_victim", "server_events.log")
+    assert (workdir / "out/after.txt").read_text() == "after\n"
+    logs = workdir / ".snakemake/dask-slurm/logs"
+    worker_logs = "".join(p.read_text() for p in logs.glob("worker*.log"))  # srun: workers-…
+    said = f"has not answered for {HANG_AFTER} s (stopped, or blocked in the kernel)"
+    assert said in worker_logs, worker_logs[-3000:]
+    warm_logs = "".join(p.read_text() for p in logs.glob("warm-*.log"))
+    server_said = f"its warm server (pid {servers[0]}) has not answered for {HANG_AFTER} s"
+    assert server_said in warm_logs, warm_logs[-3000:]
+    for victim in ("victim", "server_victim"):
+        log = next((logs / "jobs").glob(f"{victim}.*.log")).read_text()
+        assert "has not answered" in log and "running it the cold way" in log, log

@@ -172,6 +172,8 @@ class Server:
         op = msg.get("op")
         if op == "run":
             self._run(msg)
+        elif op == "ping":  # the zygote asks whether this server still answers
+            self._send({"op": "pong"})
         elif op == "retire":
             self.retired = True
 

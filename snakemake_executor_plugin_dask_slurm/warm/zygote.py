@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, Outbox, encode
+from ..worker.warm_protocol import Inbox, Outbox, encode, hang_bounds
 from . import marker, member, script, snakemake_side
 from .child import record_signals
 from .primed import run_server, settle_threads
@@ -76,6 +76,12 @@ class ServerHandle:
     sent: set[str] = field(default_factory=set)
     running: set[str] = field(default_factory=set)
     refusal: str | None = None
+    #: It said something since it primed: from then on it must answer pings.
+    primed: bool = False
+    #: When the ping it has not answered yet was sent (None: none outstanding).
+    asked: float | None = None
+    #: Why it was killed, if it stopped answering.
+    hung: str | None = None
 
 
 class Zygote:
@@ -255,6 +261,9 @@ class Zygote:
 
     def from_server(self, server: ServerHandle, msg: Mapping[str, Any]) -> None:
         op, task = msg.get("op"), str(msg.get("key"))
+        server.primed, server.asked = True, None  # it answers
+        if op == "pong":
+            return
         if op == "started":
             server.sent.discard(task)
             server.running.add(task)
@@ -309,7 +318,7 @@ class Zygote:
         self.servers.pop(server.pid, None)
         if self.by_key.get(server.key) == server.pid:
             del self.by_key[server.key]
-        how = f"its warm server (pid {server.pid}) {status}"
+        how = server.hung or f"its warm server (pid {server.pid}) {status}"
         for task in sorted(server.sent):
             self.requests.pop(task, None)
             self.settle(task)
@@ -338,6 +347,25 @@ class Zygote:
         except OSError:  # the worker is gone
             os._exit(0)
 
+    def watch_servers(self, interval: float, bound: float) -> None:
+        """Ask each primed server whether it answers; kill one that has not answered for
+        ``bound`` seconds (its jobs then go as when it dies: :meth:`server_gone`)."""
+        now = time.monotonic()
+        for server in list(self.servers.values()):
+            if not server.primed or server.hung:
+                continue
+            if server.asked is None:
+                sent = Outbox(server.sock).try_send({"op": "ping"})
+                server.asked = now if sent != "broken" else now - bound
+            if now - server.asked >= bound:
+                server.hung = (
+                    f"its warm server (pid {server.pid}) has not answered for {bound:.0f} s "
+                    "(stopped, or blocked in the kernel): killed"
+                )
+                print(f"dask-slurm warm path: {server.hung}", file=sys.stderr, flush=True)
+                with contextlib.suppress(OSError):
+                    os.kill(server.pid, signal.SIGKILL)  # its socket closes: server_gone
+
     def serve(self) -> NoReturn:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
@@ -345,9 +373,15 @@ class Zygote:
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.selector.register(self.listener, selectors.EVENT_READ, "listener")
         inbox = Inbox()
+        interval, bound = hang_bounds(os.environ)
+        checked = time.monotonic()
         while True:
             self.reap_scripts()
-            for item, _ in self.selector.select():
+            if time.monotonic() - checked >= interval:
+                self.watch_servers(interval, bound)
+                checked = time.monotonic()
+            timeout = interval if self.servers else None
+            for item, _ in self.selector.select(timeout):
                 if item.data == "wake":
                     with contextlib.suppress(OSError):
                         while os.read(self.wake_r, 4096):
@@ -420,6 +454,8 @@ class Zygote:
         for msg in inbox.feed(data):
             if msg.get("op") == "run":
                 self.run(msg)
+            elif msg.get("op") == "ping":
+                self.outbox.send({"op": "pong", "n": msg.get("n")})
             elif msg.get("op") == "exit":
                 os._exit(0)
 

@@ -13,6 +13,11 @@ the warm process's messages. If the warm process (or the server that forked the 
 dies, ``wait()`` raises :class:`WarmLost`: the job's processes may still run, and
 :mod:`.task` ends them before it runs the job the cold way.
 
+A warm process that stops answering (stopped, blocked in the kernel, deadlocked: no
+``pong`` within :data:`.warm_protocol.HANG_AFTER` of a ``ping``, asked every
+:data:`.warm_protocol.PING_INTERVAL`) is killed, and its jobs go as when it dies; the
+worker's log says so in one line. The zygote watches its primed servers the same way.
+
 A warm process that dies is started again at the next job, up to :data:`RESTART_LIMIT`
 times; one that cannot start (Snakemake's internals changed, no ``/proc``) is not tried
 again: this worker's jobs then go the cold way, each with the reason.
@@ -22,19 +27,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .proctree import JOB_MARKER, describe_exit
-from .warm_protocol import SLOT_VARIABLE, Inbox, Outbox, receive, slot_value
+from .warm_protocol import SLOT_VARIABLE, Inbox, Outbox, hang_bounds, receive, slot_value
 from .wire import TaskSpec
 
 ZYGOTE_MODULE = "snakemake_executor_plugin_dask_slurm.warm.zygote"
 #: A worker whose warm process died this often runs the rest of its jobs the cold way.
 RESTART_LIMIT = 3
+#: Seconds a warm process may take to import Snakemake and say it is ready before it
+#: counts as hung (a loaded node imports slowly; after that, HANG_AFTER applies).
+START_LIMIT = 120.0
 
 
 class WarmLost(Exception):
@@ -126,7 +137,11 @@ class _Zygote:
         self.sock = mine
         self.outbox = Outbox(mine)
         self.log_path = log_path
+        self.ready = False
+        self._heard = threading.Event()  # an answer to the last ping (or any message)
+        self._closed = threading.Event()
         threading.Thread(target=self._read, name="dask-slurm-warm", daemon=True).start()
+        threading.Thread(target=self._watch, name="dask-slurm-warm-watch", daemon=True).start()
 
     def request(self, spec: TaskSpec) -> _Pending:
         assert spec.warm is not None
@@ -162,10 +177,55 @@ class _Zygote:
             for msg in msgs:
                 self._handle(msg)
 
+    def _watch(self) -> None:
+        """Ask the warm process every interval whether it answers; kill it if it has not
+        answered for the hang bound (its jobs then go as when it dies, see _gone)."""
+        interval, bound = hang_bounds(os.environ)
+        began, n = time.monotonic(), 0
+        while not self._closed.wait(interval):
+            if not self.alive:
+                return
+            if not self.ready:
+                if time.monotonic() - began > START_LIMIT:
+                    self._kill_hung(f"did not say it was ready within {START_LIMIT:.0f} s")
+                    return
+                continue
+            self._heard.clear()
+            n += 1
+            asked = time.monotonic()
+            sent = self.outbox.try_send({"op": "ping", "n": n})
+            if sent == "broken":
+                self._kill_hung("could not be asked whether it still answers")
+                return
+            while not self._heard.wait(interval):
+                if not self.alive or self._closed.is_set():
+                    return
+                if time.monotonic() - asked >= bound:
+                    self._kill_hung(f"has not answered for {bound:.0f} s")
+                    return
+
+    def _kill_hung(self, what: str) -> None:
+        reason = (
+            f"the warm process (pid {self.proc.pid}) on {socket.gethostname()} {what} "
+            "(stopped, or blocked in the kernel): killed"
+        )
+        with self._lock:
+            if not self.alive:
+                return
+            self.failed = reason
+        print(f"dask-slurm: {reason}; its jobs run again the cold way", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its group: it and its servers
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # the reader then settles its jobs
+
     def _handle(self, msg: dict[str, Any]) -> None:
         op, key = msg.get("op"), str(msg.get("key"))
+        self._heard.set()
         with self._lock:
-            if op == "failed":
+            if op == "ready":
+                self.ready = True
+            elif op == "failed":
                 self.failed = f"the warm process could not start: {msg.get('reason')}"
             elif op == "started":
                 pending = self.pending.pop(key, None)
@@ -211,6 +271,7 @@ class _Zygote:
             self.sock.close()
 
     def close(self) -> None:
+        self._closed.set()
         with contextlib.suppress(OSError):
             self.outbox.send({"op": "exit"})
         with contextlib.suppress(OSError):

@@ -12,6 +12,7 @@ Worker -> warm process:
   are the arguments of ``python -m snakemake`` in Snakemake's job command, ``env`` what the
   job adds to the worker's environment, ``log`` where its output goes.
 - ``{"op": "exit"}``: the worker is closing.
+- ``{"op": "ping", "n"}``: answer ``pong`` with the same ``n`` (see :func:`hang_bounds`).
 
 Warm process -> worker:
 
@@ -21,6 +22,9 @@ Warm process -> worker:
 - ``{"op": "cold", "key", "reason"}``: it was not started; run it the cold way.
 - ``{"op": "lost", "key", "reason"}``: the warm process that ran it died; its processes
   may still run (the worker ends them, then runs it the cold way).
+- ``{"op": "pong", "n"}``: the answer to a ``ping``.
+
+The zygote asks each primed server the same (``ping``/``pong``) once it has primed.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import json
 import socket
 import struct
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 #: The warm process's placeholder for the job marker of a forked job's process: an
@@ -40,6 +45,26 @@ SLOT_BYTES = 512
 def slot_value() -> str:
     """The placeholder's value: the whole ``NAME=value`` item is ``SLOT_BYTES`` long."""
     return "x" * (SLOT_BYTES - len(SLOT_VARIABLE) - 1)
+
+
+#: Seconds between two questions whether a warm process still answers, and without an
+#: answer for how long it counts as hung (stopped, blocked in the kernel, deadlocked) and
+#: is killed, so that its jobs go as when it dies (run again cold, never two copies): the
+#: worker asks its zygote, the zygote each primed server. Noticed within HANG_AFTER +
+#: PING_INTERVAL (25 s) of the last answer.
+PING_INTERVAL = 5.0
+HANG_AFTER = 20.0
+#: Overrides HANG_AFTER (seconds; the interval is a quarter of it): for the tests.
+HANG_VARIABLE = "DASK_SLURM_WARM_HANG_AFTER"
+
+
+def hang_bounds(env: Mapping[str, str]) -> tuple[float, float]:
+    """(ping interval, hang bound) in seconds, from :data:`HANG_VARIABLE` if set."""
+    try:
+        after = float(env.get(HANG_VARIABLE, ""))
+    except ValueError:
+        return PING_INTERVAL, HANG_AFTER
+    return (after / 4, after) if after > 0 else (PING_INTERVAL, HANG_AFTER)
 
 
 _HEADER = struct.Struct("!I")
@@ -63,6 +88,24 @@ class Outbox:
         data = encode(msg)
         with self._lock:
             self.sock.sendall(data)
+
+    def try_send(self, msg: dict[str, Any]) -> str:
+        """Send ``msg`` without waiting, for a question to a process that may be hung:
+        "sent"; "full" if nothing could be sent now (another sender is blocked, or the
+        peer's buffer is full: it does not read); "broken" if only part of it went (the
+        stream is cut mid-message) or the peer is gone."""
+        data = encode(msg)
+        if not self._lock.acquire(timeout=1.0):
+            return "full"
+        try:
+            sent = self.sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return "full"
+        except OSError:
+            return "broken"
+        finally:
+            self._lock.release()
+        return "sent" if sent == len(data) else "broken"
 
 
 class Inbox:

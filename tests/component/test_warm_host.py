@@ -21,6 +21,7 @@ def zygote_without_process() -> warm_host._Zygote:
     found = object.__new__(warm_host._Zygote)
     found._lock = threading.Lock()
     found.pending, found.running, found.failed = {}, {}, None
+    found._heard, found.ready = threading.Event(), False
     return found
 
 
