@@ -143,11 +143,24 @@ def scheduler_spec(
     )
 
 
+#: Dask settings of every worker the plugin starts. Its tasks only wait for their jobs'
+#: processes (worker/task.py), and Dask would keep waking for them: the statistical
+#: profiler samples every running task's Python stack 100 times a second (always the same
+#: wait: a profile with nothing in it), and the event-loop watch ticks 50 times a second
+#: (its warning, at 3 s unresponsive, still comes with a tick a second). With 64 running
+#: jobs these two were nearly all of a worker's CPU (docs/benchmarks.md, issue 31).
+QUIET_WORKER_ENV = (
+    ("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "False"),
+    ("DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL", "1s"),
+)
+
+
 def worker_env(
     config: RunConfig, owner_pid: int, security: RunSecurity
 ) -> tuple[tuple[str, str], ...]:
     return (
         (OWNER_VARIABLE, str(owner_pid)),
+        *QUIET_WORKER_ENV,
         *file_locking_env(config.file_locking),
         *security.env(),
     )

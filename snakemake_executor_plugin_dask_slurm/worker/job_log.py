@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
+import threading
 import time
 from typing import IO, Any
 
 from .logtail import read_tail
 
-#: Seconds between looks at a job's shell while its output is quiet (or while it keeps
-#: flowing): once the shell has exited, whatever it left in the background may hold the
-#: output open, and the job ends all the same.
+#: Without pidfds only: seconds between looks at a job's shell while its output is quiet
+#: (or while it keeps flowing): once the shell has exited, whatever it left in the
+#: background may hold the output open, and the job ends all the same.
 OUTPUT_POLL_SECONDS = 0.1
 _CHUNK = 1 << 16
 
@@ -98,11 +100,100 @@ def _exited(pid: int) -> bool:
         return True
 
 
+#: What :func:`_open_pidfd` says of a child that is gone already.
+_GONE = -1
+#: The pidfds this process holds now (one per job whose output is being copied).
+_pidfds = 0
+_pidfds_lock = threading.Lock()
+
+
+def _pidfd_budget() -> int:
+    """How many pidfds this process may hold: a quarter of its open-file limit, so that
+    they never take the descriptors a job's own pipe needs (a soft limit of 1,024 is
+    common); the jobs beyond it are looked at every ``OUTPUT_POLL_SECONDS``, as before."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return 1 << 20 if soft == resource.RLIM_INFINITY else soft // 4
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd of this process's child ``pid`` (readable once it has exited), ``_GONE`` if
+    it was reaped already, None where the kernel or Python has no pidfds (Linux < 5.3) or
+    this process holds its budget of them. Give it back with :func:`_close_pidfd`."""
+    global _pidfds
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    with _pidfds_lock:
+        if _pidfds >= _pidfd_budget():
+            return None
+        _pidfds += 1
+    pidfd = _checked_pidfd(opener, pid)
+    if pidfd is None or pidfd == _GONE:
+        with _pidfds_lock:
+            _pidfds -= 1
+    return pidfd
+
+
+def _close_pidfd(pidfd: int) -> None:
+    global _pidfds
+    os.close(pidfd)
+    with _pidfds_lock:
+        _pidfds -= 1
+
+
+def _checked_pidfd(opener: Any, pid: int) -> int | None:
+    try:
+        pidfd: int = opener(pid)
+    except ProcessLookupError:
+        return _GONE
+    except OSError:  # ENOSYS, EMFILE, or a sandbox that forbids it
+        return None
+    try:  # reaped and the pid reused before it was opened: not our child then
+        os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        os.close(pidfd)
+        return _GONE
+    except OSError:
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
 def copy_output(pid: int, output: IO[bytes], log: JobLog) -> None:
     """Copy the output of the job whose shell is ``pid`` into its log as it comes, until
     the output ends, or until the shell has exited while something it left in the
     background holds the output open (the caller then ends that with the job's process
-    group, as for any job)."""
+    group, as for any job).
+
+    The thread sleeps in one ``poll`` on the output and on a pidfd of the shell, which
+    wakes it only when the job prints or its shell exits: a job that runs quietly costs
+    nothing. Without pidfds, it looks at the shell every ``OUTPUT_POLL_SECONDS``."""
+    pidfd = _open_pidfd(pid)
+    if pidfd == _GONE:
+        return
+    if pidfd is None:
+        _copy_looking(pid, output, log)
+        return
+    fd = output.fileno()
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    try:
+        while True:
+            ready = [ready_fd for ready_fd, _ in poller.poll()]
+            if pidfd in ready:  # what it printed last: drain() after the reap
+                return
+            data = os.read(fd, _CHUNK)
+            if not data:
+                return
+            log.write(data)
+    finally:
+        _close_pidfd(pidfd)
+
+
+def _copy_looking(pid: int, output: IO[bytes], log: JobLog) -> None:
+    """:func:`copy_output` without pidfds: a look at the shell while the output is quiet,
+    and every ``OUTPUT_POLL_SECONDS`` while it flows."""
     fd = output.fileno()
     poller = select.poll()
     poller.register(fd, select.POLLIN)

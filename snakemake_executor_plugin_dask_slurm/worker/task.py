@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,8 +41,14 @@ if TYPE_CHECKING:
 KILL_GRACE_SECONDS = 3.0
 #: Shorter at interpreter exit: the worker is already going (SIGKILL may follow).
 EXIT_GRACE_SECONDS = 1.0
-#: Seconds between looks for daemons of finished jobs (processes re-parented to the worker).
+#: Seconds the housekeeping gathers what happened (jobs started, jobs ended) before it
+#: reports the starts and looks for daemons of the finished jobs: at most once this often.
 ORPHAN_SCAN_INTERVAL = 1.0
+#: Looks for daemons after a job ended: one of them may fork while it is being killed.
+SCANS_AFTER_AN_END = 2
+#: Seconds between looks for daemons when no job ends (adopted orphans that exited are
+#: reaped then): the only timer of an idle worker's housekeeping.
+QUIET_SCAN_INTERVAL = 30.0
 #: How much of a failed job's log comes back with its outcome.
 TAIL_LINES = 20
 _TMPDIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
@@ -65,6 +72,10 @@ _lock = threading.Lock()
 _began: dict[str, float] = {}
 #: Jobs started since the last report to the plugin (see :func:`_report_started`).
 _newly_started: list[str] = []
+#: Set when there is housekeeping to do (a job started or ended): see :func:`_housekeeping`.
+_chores = threading.Event()
+#: Looks for daemons still due (a job ended).
+_scans_due = 0
 
 
 def _environment(spec: TaskSpec) -> dict[str, str]:
@@ -141,6 +152,7 @@ def _register(key: str, proc: Proc, started: float) -> None:
         _newly_started.append(key)
         _starting.discard(key)
         stopped = key in _stopped  # stopped while it was being started
+    _chores.set()
     if stopped:
         _signal_group(proc, signal.SIGTERM)
 
@@ -245,6 +257,7 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
             _began.pop(spec.key, None)
         _signal_group(proc, signal.SIGKILL)
         _signal_group(last, signal.SIGKILL)
+        _ended()
         if log is not None:
             if isinstance(proc, subprocess.Popen):
                 drain(proc.stdout, log)
@@ -434,15 +447,43 @@ def _report_started(worker: Any) -> None:
         worker.log_event(STARTED_TOPIC, keys)
 
 
-def _every_second(worker: Any, stop: threading.Event, orphans: bool) -> None:
-    """The worker's housekeeping: report started jobs; end daemons of finished jobs."""
-    while not stop.wait(ORPHAN_SCAN_INTERVAL):
-        for chore in (lambda: _report_started(worker), end_orphans if orphans else None):
-            try:
-                if chore is not None:
-                    chore()
-            except Exception:  # never let the thread die; the next pass tries again
-                continue
+def _ended() -> None:
+    """A job ended: its daemons (if it left any) are to be looked for."""
+    global _scans_due
+    with _lock:
+        _scans_due = SCANS_AFTER_AN_END
+    _chores.set()
+
+
+def _housekeeping(worker: Any, stop: threading.Event, orphans: bool) -> None:
+    """The worker's housekeeping: report started jobs; end daemons of finished jobs.
+
+    It sleeps until a job starts or ends (``_chores``), gathers for ORPHAN_SCAN_INTERVAL
+    what else happens meanwhile, then does what is due: the starts are reported once a
+    second at most, and the daemons of a job are looked for twice after it ended. While
+    jobs only run, it does not wake but every QUIET_SCAN_INTERVAL (adopted orphans that
+    exited by themselves are reaped then)."""
+    global _scans_due
+    while not stop.is_set():
+        quiet = not _chores.wait(QUIET_SCAN_INTERVAL)
+        if stop.wait(ORPHAN_SCAN_INTERVAL):
+            return
+        _chores.clear()  # before the chores: what happens during them wakes the next pass
+        with _lock:
+            scan = quiet or _scans_due > 0
+            _scans_due = max(0, _scans_due - 1)
+            if _scans_due:
+                _chores.set()
+        _chore(lambda: _report_started(worker))
+        if orphans and scan:
+            _chore(end_orphans)
+
+
+def _chore(chore: Callable[[], object]) -> None:
+    try:
+        chore()
+    except Exception:  # never let the thread die; the next pass tries again
+        return
 
 
 def dask_setup(worker: Any) -> None:
@@ -454,7 +495,7 @@ def dask_setup(worker: Any) -> None:
     timing.open_task_log()
     orphans = proctree.become_subreaper()
     thread = threading.Thread(
-        target=_every_second,
+        target=_housekeeping,
         args=(worker, threading.Event(), orphans),
         name="dask-slurm-housekeeping",
         daemon=True,

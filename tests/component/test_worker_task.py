@@ -320,3 +320,117 @@ def test_a_job_that_prints_is_still_measured_by_the_kernel(tmp_path: Path) -> No
     assert outcome.returncode == 0
     assert usage is not None and usage.cpu > 0.05, usage
     assert (tmp_path / "logs/k1.log").read_text() == "start\nend\n"
+
+
+def _voluntary_switches(tid: int) -> int:
+    """How often the thread ``tid`` of this process went to sleep (each wake-up is one)."""
+    status = Path(f"/proc/self/task/{tid}/status").read_text()
+    (line,) = (x for x in status.splitlines() if x.startswith("voluntary_ctxt_switches"))
+    return int(line.split()[1])
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfds here")
+def test_a_quiet_job_does_not_wake_the_thread_that_waits_for_it(tmp_path: Path) -> None:
+    # The thread sleeps in one poll on the output and the shell's pidfd (issue 31): it
+    # woke ten times a second before, looking at the shell.
+    tid: list[int] = []
+
+    def run() -> None:
+        tid.append(threading.get_native_id())
+        run_task(spec(tmp_path, "sleep 1.6; echo done"))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.4)
+    before = _voluntary_switches(tid[0])
+    time.sleep(1.0)
+    woken = _voluntary_switches(tid[0]) - before
+    thread.join(10)
+    assert woken <= 2, f"the waiting thread woke {woken} times in a second"
+    assert (tmp_path / "logs/k1.log").read_text() == "done\n"
+
+
+@pytest.fixture
+def no_pidfds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel or Python without pidfds: the output is copied with a look at the shell
+    every OUTPUT_POLL_SECONDS, as before issue 31."""
+    monkeypatch.delattr(os, "pidfd_open", raising=False)
+
+
+@pytest.mark.usefixtures("no_pidfds")
+def test_without_pidfds_the_log_and_the_end_are_as_with_them(tmp_path: Path) -> None:
+    run_task(spec(tmp_path, "seq 1 100000; echo end >&2", key="much"))
+    lines = (tmp_path / "logs/much.log").read_text().splitlines()
+    assert lines == [str(i) for i in range(1, 100001)] + ["end"]
+    begin = time.monotonic()
+    run_task(spec(tmp_path, "sleep 30 & echo started", key="bg"))
+    assert time.monotonic() - begin < 5
+    assert (tmp_path / "logs/bg.log").read_text() == "started\n"
+    run_task(spec(tmp_path, "true", key="quiet"))
+    assert not (tmp_path / "logs/quiet.log").exists()
+
+
+def test_a_job_reaped_under_its_waiter_still_ends_its_task(tmp_path: Path) -> None:
+    # Another thread (the kill's poll(), a teardown) may reap the shell first: the pidfd
+    # of a reaped process is readable too, and the task ends with Popen's returncode.
+    from snakemake_executor_plugin_dask_slurm.worker import job_log
+
+    procs: list[object] = []
+    real = job_log.copy_output
+
+    def reap_first(pid: int, output: object, log: job_log.JobLog) -> None:
+        os.waitpid(pid, 0)  # as Popen.poll() would, before the copy begins
+        real(pid, output, log)  # type: ignore[arg-type]
+        procs.append(pid)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(worker_task, "copy_output", reap_first)
+        begin = time.monotonic()
+        outcome, usage = worker_task.run_measured(spec(tmp_path, "sleep 0.2"))
+    assert time.monotonic() - begin < 5 and procs
+    assert outcome.returncode == 0 and usage is None  # reaped elsewhere: no figures
+
+
+def test_the_housekeeping_reports_starts_when_jobs_start_and_sleeps_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker_task, "ORPHAN_SCAN_INTERVAL", 0.1)
+    scans: list[float] = []
+    monkeypatch.setattr(worker_task, "end_orphans", lambda: scans.append(time.monotonic()))
+    worker, stop = EventLog(), threading.Event()
+    worker_task._chores.clear()
+    monkeypatch.setattr(worker_task, "_scans_due", 0)  # what the other tests' jobs left
+    args = (worker, stop, True)
+    thread = threading.Thread(target=worker_task._housekeeping, args=args, daemon=True)
+    thread.start()
+    try:
+        time.sleep(0.5)
+        assert worker.events == [] and scans == []  # nothing happened: nothing done
+        run_task(spec(tmp_path, "true", key="h1"))
+        eventually("the start reported", lambda: worker.events != [], 5, 0.02)
+        assert worker.events == [(worker_task.STARTED_TOPIC, ["h1"])]
+        eventually("two looks for its daemons", lambda: len(scans) >= 2, 5, 0.02)
+        time.sleep(0.5)
+        assert len(scans) == worker_task.SCANS_AFTER_AN_END
+    finally:
+        stop.set()
+        worker_task._chores.set()
+        thread.join(5)
+
+
+def test_pidfds_are_given_back_and_beyond_their_budget_jobs_run_as_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One pidfd per job beside its pipe: at most a quarter of the open-file limit, so that
+    # a worker under a soft limit of 1,024 never fails to start a job for want of one.
+    from snakemake_executor_plugin_dask_slurm.worker import job_log
+
+    run_task(spec(tmp_path, "echo one", key="p1"))
+    with pytest.raises(JobFailed):
+        run_task(spec(tmp_path, "exit 3", key="p2"))
+    assert job_log._pidfds == 0
+    monkeypatch.setattr(job_log, "_pidfd_budget", lambda: 0)
+    run_task(spec(tmp_path, "sleep 30 & echo two", key="p3"))
+    assert (tmp_path / "logs/p1.log").read_text() == "one\n"
+    assert (tmp_path / "logs/p3.log").read_text() == "two\n"
+    assert job_log._pidfds == 0
