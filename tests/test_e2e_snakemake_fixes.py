@@ -1,4 +1,4 @@
-"""A farm run with the plugin's fixes of Snakemake (snakemake_fixes/) installed writes
+"""A farm run with the plugin's fixes of Snakemake (snakemake_internals/) installed writes
 what Snakemake's own local executor, without them, writes, and no empty job log."""
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def timed(tmp_path: Path, token: str, *args: str) -> tuple[float, str]:
 def test_plain_flags_are_not_rate_limited(tmp_path: Path, no_leftovers: str) -> None:
     took, said = timed(tmp_path, no_leftovers, "--jobs", "100")
     assert "scheduling for many short jobs: no job-rate limit" in said, said
-    # before Snakemake's first job selection, not after it (snakemake_fixes/first_round.py)
+    # before Snakemake's first job selection, not after it (snakemake_internals/scheduler.py)
     assert said.index("scheduling for many short jobs") < said.index("Select jobs to execute")
     assert "greedy job selection instead of ilp" in said
     assert "hint:" not in said, said

@@ -26,6 +26,7 @@ class RuleFacts:
     shadow: bool = False
     conda: bool = False
     container: bool = False
+    software_env: bool = False  # another software environment (Snakemake 10's plugins)
     benchmark: bool = False
     cache: bool = False
     pipe_or_service: bool = False
@@ -50,6 +51,7 @@ _REASONS = {
     "shadow": "shadow:",
     "conda": "conda:",
     "container": "container:",
+    "software_env": "a software environment Snakemake deploys",
     "benchmark": "benchmark:",
     "cache": "cache:",
     "pipe_or_service": "pipe()/service() output",

@@ -1,5 +1,5 @@
 """The general way's entry point for group jobs: Snakemake's CLI, with a race in its
-local executor closed (:mod:`..warm.group_kill` says which).
+local executor closed (:func:`..snakemake_internals.shell.remember_kills` says which).
 
 Usage: ``python -m snakemake_executor_plugin_dask_slurm.dispatch.group_runner <args>``,
 with the arguments of ``python -m snakemake``.
@@ -7,10 +7,10 @@ with the arguments of ``python -m snakemake``.
 
 from __future__ import annotations
 
-from ..warm.group_kill import Processes, install
+from ..snakemake_internals.shell import Processes, remember_kills
 
 MODULE = "snakemake_executor_plugin_dask_slurm.dispatch.group_runner"
-__all__ = ["MODULE", "Processes", "install", "main"]
+__all__ = ["MODULE", "Processes", "main", "remember_kills"]
 
 
 def main() -> None:
@@ -18,7 +18,7 @@ def main() -> None:
     from snakemake.cli import main as snakemake_main
     from snakemake.shell import shell
 
-    install(shell)
+    remember_kills(shell)
     snakemake_main()  # reads sys.argv[1:], exits
 
 

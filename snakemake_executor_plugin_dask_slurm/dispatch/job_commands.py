@@ -12,9 +12,10 @@ Two ways, both correct:
   the workflow parsed: :mod:`..warm`) when the task carries a :class:`WarmSpec`, else the
   cold way (a fresh Snakemake); ``TaskSpec.cold`` says why not warm.
 
-This is the one module that reads Snakemake internals beyond the executor interface
-(``rule.shellcmd``, ``job.prepare()``, ``snakemake.shell.shell``); Snakemake is pinned
-to 9.x for it and the tests run the same rules both ways.
+This module reads a job's and a rule's public attributes beyond the executor interface
+(``rule.shellcmd``, ``rule.run_func``, ``job.prepare()``); Snakemake's private code and its
+software deployment (conda, containers, modules) it reads through the one room
+(:mod:`..snakemake_internals`); the tests run the same rules both ways.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from typing import Any
 
 from snakemake.logging import logger
 from snakemake.shell import shell as snakemake_shell
-from snakemake.utils import QuotedFormatter, SequenceFormatter
 
+from ..snakemake_internals import deployment
+from ..snakemake_internals.shell import SHELL_CALL_LOCALS, command_formatter
+from ..snakemake_internals.shell import wrapper as shell_wrapper
 from ..warm.command import JobCommand, Unsplittable, parse_job_command
 from ..worker.wire import SYSTEM_TMPDIR, TaskSpec, WarmSpec
 from .direct_way import MAX_DIRECT_COMMAND, JobFacts, RuleFacts, blockers
@@ -60,11 +63,13 @@ def rule_facts(job: Any, workflow: Any) -> RuleFacts:
     """Read the rule-level eligibility facts off a (non-group) job."""
     rule = job.rule
     settings = workflow.execution_settings
+    software = deployment.rule_software(rule, workflow)
     return RuleFacts(
         not_shell=not job.is_shell or not rule.shellcmd,
         shadow=job.is_shadow,
-        conda=rule.conda_env is not None,
-        container=rule.container_img is not None,
+        conda=software.conda,
+        container=software.container,
+        software_env=software.other is not None,
         benchmark=rule.benchmark is not None,
         cache=rule.cache is not None and rule.cache.output,
         pipe_or_service=job.is_pipe or job.is_service,
@@ -80,6 +85,7 @@ def rule_facts(job: Any, workflow: Any) -> RuleFacts:
 #     @workflow.run
 #     def __rule_NAME(input, output, params, wildcards, threads, resources, log, rule, ...):
 #         shell(CMD, bench_record=bench_record, bench_iteration=bench_iteration)
+# (Snakemake 10: ``shell(CMD, run_args=run_args)``, snakemake_internals.shell.SHELL_CALL_LOCALS)
 # and shell() formats CMD with snakemake.utils.format(stepout=2): the globals of that
 # function (the namespace the rule was defined in: the module's for a module rule, also
 # when `use rule ... with:` renames it), then its arguments (what the local executor's
@@ -160,9 +166,11 @@ def literal_shell_rule(rule: Any) -> str | None:
             return "shell: is an expression"
         if ins.opname == "LOAD_GLOBAL" and ins.argval != "shell":
             return "shell: is an expression"
-        if ins.opname.startswith("LOAD_FAST") and not set(
-            ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
-        ) <= {"bench_record", "bench_iteration"}:
+        if (
+            ins.opname.startswith("LOAD_FAST")
+            and not set(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
+            <= SHELL_CALL_LOCALS
+        ):
             return "shell: is an expression"
         if ins.opname == "LOAD_CONST" and isinstance(ins.argval, str):
             consts.append(ins.argval)
@@ -174,6 +182,8 @@ def literal_shell_rule(rule: Any) -> str | None:
     rule_args = set(func.__code__.co_varnames[: func.__code__.co_argcount])
     if roots & (rule_args - _SUPPORTED_LOCALS):
         return "command uses a name only Snakemake's own job sets (e.g. {basedir})"
+    if roots & (_SUPPORTED_LOCALS - rule_args):
+        return "command uses a name this Snakemake's rule function does not have"
     return None
 
 
@@ -194,9 +204,8 @@ def shell_command(job: Any) -> str:
         "bench_record": None,
         "bench_iteration": None,
     }
-    fmt = SequenceFormatter(separator=" ")
-    fmt.element_formatter = QuotedFormatter()
-    return fmt.vformat(rule.shellcmd, (), ChainMap(local, rule.run_func.__globals__))
+    namespace = ChainMap(local, rule.run_func.__globals__)
+    return command_formatter().vformat(rule.shellcmd, (), namespace)
 
 
 def job_tmpdir(job: Any) -> tuple[str | None, bool]:
@@ -218,10 +227,15 @@ def job_tmpdir(job: Any) -> tuple[str | None, bool]:
     return None, True
 
 
-def job_facts(job: Any, command: str, tmpdir_expression: bool) -> JobFacts:
-    """Read the job-level eligibility facts, given the job's formatted command."""
+def job_facts(
+    job: Any, command: str, tmpdir_expression: bool, executable: str | None = None
+) -> JobFacts:
+    """Read the job-level eligibility facts, given the job's formatted command and the
+    shell the direct way runs it with. A ``shell_exec`` resource that names that shell
+    changes nothing (Snakemake 10 sets it on every rule, to the shell of its definition)."""
+    shell_exec = job.resources.get("shell_exec")
     return JobFacts(
-        shell_exec_resource=job.resources.get("shell_exec") is not None,
+        shell_exec_resource=shell_exec is not None and shell_exec != executable,
         tmpdir_placeholder=TBD in command,
         tmpdir_expression=tmpdir_expression,
         too_long=len(command) > MAX_DIRECT_COMMAND,
@@ -239,28 +253,17 @@ def deployment_reason(job: Any, workflow: Any) -> str | None:
     Snakemake's same code for them, but no machine the plugin is tested on has them, so
     that is not verified (docs/further.md, "Software deployment"). Environment modules
     take the warm path: tests/test_envmodules.py checks it against a real Lmod."""
-    from snakemake.settings.types import DeploymentMethod
-
-    methods = workflow.deployment_settings.deployment_method
     for member in job.jobs if job.is_group() else (job,):
-        rule = member.rule
-        if DeploymentMethod.CONDA in methods and rule.conda_env is not None:
-            return "conda: (software deployment is not verified on the warm path)"
-        if DeploymentMethod.APPTAINER in methods and rule.container_img is not None:
-            return "container: (software deployment is not verified on the warm path)"
+        reason = deployment.cold_reason(member.rule, workflow)
+        if reason is not None:
+            return reason
     return None
 
 
 def env_modules_of(rule: Any, workflow: Any) -> Any:
     """The rule's environment modules (Snakemake's ``EnvModules``) when the run loads them
     (``--sdm env-modules``), else None: what the local executor hands ``shell()``."""
-    from snakemake.settings.types import DeploymentMethod
-
-    if not rule.env_modules:
-        return None
-    if DeploymentMethod.ENV_MODULES not in workflow.deployment_settings.deployment_method:
-        return None
-    return rule.env_modules
+    return deployment.rule_software(rule, workflow).modules
 
 
 def parsed(command: str) -> JobCommand | Unsplittable:
@@ -303,20 +306,6 @@ def warm_spec(
 def thread_environment(threads: int) -> tuple[tuple[str, str], ...]:
     value = str(threads)
     return tuple((name, value) for name in THREAD_VARIABLES)
-
-
-def shell_wrapper() -> tuple[str, str, str]:
-    """(shell, prefix, suffix) that Snakemake's ``shell()`` uses, as the Snakefile set them.
-
-    Read once per run, after the Snakefile was parsed (``shell.executable()``,
-    ``shell.prefix()`` and ``shell.suffix()`` are set there).
-    """
-    executable = snakemake_shell.get_executable() or "/bin/sh"
-    return (
-        executable,
-        snakemake_shell._get_process_prefix(executable),
-        snakemake_shell._process_suffix,
-    )
 
 
 def shell_argv(command: str, wrapper: tuple[str, str, str], modules: Any = None) -> tuple[str, ...]:
@@ -458,7 +447,7 @@ class JobCommandBuilder:
         tmpdir, tmpdir_expression = job_tmpdir(job)
         modules = self._modules(job.rule)
         argv = shell_argv(command, self._shell, modules)
-        if blockers(job_facts(job, argv[-1], tmpdir_expression)):
+        if blockers(job_facts(job, argv[-1], tmpdir_expression, argv[0])):
             return None
         env = self._thread_env.get(job.threads)
         if env is None:

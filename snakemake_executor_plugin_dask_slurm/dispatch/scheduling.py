@@ -11,16 +11,17 @@ cost a Dask pool more than half its speed on thousands of short jobs (docs/bench
 When the user chose none of them, the plugin lifts what they left at Snakemake's default
 (:func:`plan`, pure); a choice the user made always wins. :func:`tune_job_scheduler` applies
 the plan to Snakemake's job scheduler before its first scheduling round (Snakemake
-internals; the hook is snakemake_fixes/first_round.py); the interface change that would
+internals; the hook is snakemake_internals/scheduler.py); the interface change that would
 make this a supported setting is proposed in docs/further.md.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..snakemake_internals.scheduler import tune
 
 #: Snakemake's command-line default rate limit: (jobs, seconds).
 DEFAULT_RATE = (100, 1.0)
@@ -130,18 +131,9 @@ def tune_job_scheduler(
 
 
 def apply_to_job_scheduler(scheduler: Any, change: Plan) -> None:
-    """Apply ``change`` to Snakemake's ``JobScheduler`` (snakemake/scheduling/
-    job_scheduler.py, 9.x). These are its internals; tests/unit/test_scheduling.py pins
-    every one used here, so that a Snakemake release that changes them fails CI instead of
-    silently slowing users down."""
-    with scheduler._lock:
-        if change.lift_rate_limit:
-            scheduler.job_rate_limiter = None
-            scheduler.resources["_job_count"] = sys.maxsize  # what it asserts without one
-        if change.subsample:
-            scheduler.subsample = change.subsample
-        if change.scheduler == "greedy":
-            scheduler._job_selector = scheduler.job_selector_greedy
+    """Apply ``change`` to Snakemake's ``JobScheduler`` (its internals: the one room's
+    :func:`..snakemake_internals.scheduler.tune`, pinned there)."""
+    tune(scheduler, change.lift_rate_limit, change.subsample, change.scheduler == "greedy")
 
 
 def cap_threads_like_cores(workflow: Any, cpus: int) -> None:

@@ -24,7 +24,7 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from .. import snakemake_fixes
+from .. import snakemake_internals
 from ..clusters.base import ClusterSource
 from ..clusters.choose import local_worker_cpus, make_source
 from ..clusters.run_dir import check_run_dir
@@ -85,8 +85,8 @@ class Executor(RemoteExecutor):
         self.logger.error(f"dask-slurm: {line}")
 
     def __post_init__(self) -> None:
-        snakemake_fixes.install(self._say)
-        snakemake_fixes.before_first_round(self.workflow, self._tune_scheduling)
+        snakemake_internals.install(self._say)
+        snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
         workdir = Path(self.workflow.workdir_init)
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
@@ -163,7 +163,7 @@ class Executor(RemoteExecutor):
 
     def _tune_scheduling(self, scheduler: Any = None) -> None:
         """Snakemake's scheduling settings for a farm, once: before its first round
-        (snakemake_fixes/first_round.py), or where that hook is not installed, here."""
+        (snakemake_internals/scheduler.py), or where that hook is not installed, here."""
         if self._scheduling_tuned:
             return
         self._scheduling_tuned = True

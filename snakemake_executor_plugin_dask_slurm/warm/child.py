@@ -24,9 +24,9 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+from ..snakemake_internals.shell import remember_kills
 from ..worker.proctree import JOB_MARKER
 from . import marker, member, snakemake_side
-from .group_kill import install as install_group_kill
 
 #: Exit status when the job's process could not even be set up (sysexits EX_SOFTWARE).
 SETUP_FAILED = 70
@@ -128,7 +128,7 @@ def become_job(
         if request.get("group"):
             from snakemake.shell import shell
 
-            install_group_kill(shell)
+            remember_kills(shell)
             member.install(key)
         code = _finish(snakemake_side.run(list(request["argv"])))
     except BaseException:

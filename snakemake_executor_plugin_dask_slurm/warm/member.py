@@ -23,6 +23,7 @@ import os
 import socket
 from typing import Any
 
+from ..snakemake_internals.local_executor import wrap_spawn_job
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, encode
 from .command import Unsplittable, parse_job_command
@@ -103,25 +104,24 @@ def install(group_key: str) -> bool:
     for."""
     global GROUP_KEY
     from snakemake.exceptions import SpawnedJobError
-    from snakemake.executors import local
     from snakemake.logging import logger
 
-    original = getattr(local.Executor, "spawn_job", None)
-    if original is None or not callable(getattr(local.Executor, "format_job_exec", None)):
+    def warm(original: Any) -> Any:
+        def spawn_job(self: Any, job: Any) -> None:
+            cmd = self.format_job_exec(job)
+            request = request_for(cmd)
+            status = run_warm(request) if request is not None else None
+            if status is None:
+                return original(self, job)
+            logger.debug(f"spawned job: {cmd}")
+            if status != 0:
+                raise SpawnedJobError()
+
+        return spawn_job
+
+    if not wrap_spawn_job(warm):
         return False
     GROUP_KEY = group_key
-
-    def spawn_job(self: Any, job: Any) -> None:
-        cmd = self.format_job_exec(job)
-        request = request_for(cmd)
-        status = run_warm(request) if request is not None else None
-        if status is None:
-            return original(self, job)
-        logger.debug(f"spawned job: {cmd}")
-        if status != 0:
-            raise SpawnedJobError()
-
-    local.Executor.spawn_job = spawn_job
     return True
 
 

@@ -11,8 +11,9 @@ and stderr passed as file descriptors; the process joins the job's process group
 carries its marker (cancel, landing, the sweep and "at most one copy" hold unchanged).
 
 What runs is decided by Snakemake's own code: ``PythonScript.execute_script`` (pinned by
-:data:`WRITTEN_FOR`) builds the command and ``shell()`` its environment and error; only
-its last step, ``subprocess.Popen``, is replaced, and only when it would start exactly
+``snakemake_internals.script.SCRIPT_HOOK``) builds the command and ``shell()`` its
+environment and error; only its last step, ``subprocess.Popen``, is replaced, and only
+when it would start exactly
 ``<default bash> -c "set -euo pipefail; <this interpreter> <the script>"``
 (:func:`why_popen_not_warm`) for a script with no ``conda:``, ``container:``,
 ``envmodules:`` or ``benchmark:`` (:func:`why_script_not_warm`). The environment is
@@ -28,7 +29,6 @@ import atexit
 import builtins
 import contextlib
 import gc
-import importlib
 import io
 import itertools
 import os
@@ -44,15 +44,13 @@ from collections.abc import Mapping, Sequence
 from importlib.machinery import SourceFileLoader
 from typing import Any, NoReturn
 
+from ..snakemake_internals import shell as internal_shell
+from ..snakemake_internals.deployment import script_bench_record
+from ..snakemake_internals.script import SCRIPT_HOOK, software_reason, wrap_execute_script
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, encode
 from . import marker, member
 from .child import SETUP_FAILED, _reseed, _take_fds, restore_signals
-
-#: sha256 of the source of ``PythonScript.execute_script``, ``ScriptBase._execute_cmd``
-#: and ``shell.__new__`` this was written against (Snakemake 9.x); any other source
-#: leaves scripts to ``shell()``.
-WRITTEN_FOR = "215926de6130ed56bb2e2a5d3d3a0b3e3a3220473b6cd3ce19b631d83115371b"
 
 #: The prefix ``shell()`` puts before a command when bash is its executable and the
 #: workflow set no ``shell.prefix``.
@@ -112,16 +110,11 @@ _count = itertools.count(1)
 # -- the decision (pure) ---------------------------------------------------------------------
 
 
-def why_script_not_warm(
-    container_img: Any, conda_env: Any, env_modules: Any, bench_record: Any, edit: bool
-) -> str | None:
-    """Why this Python script must go through ``shell()``, or None."""
-    if container_img is not None:
-        return "it runs in a container"
-    if conda_env is not None:
-        return "it runs in a conda environment"
-    if env_modules is not None:
-        return "it loads environment modules"
+def why_script_not_warm(software: str | None, bench_record: Any, edit: bool) -> str | None:
+    """Why this Python script must go through ``shell()``, or None; ``software``: why its
+    software deployment keeps it there (``snakemake_internals.script.software_reason``)."""
+    if software is not None:
+        return software
     if bench_record is not None:
         return "it is benchmarked (the record measures the shell's process tree)"
     if edit:
@@ -458,27 +451,12 @@ class _Subprocess:
         return start(fname, args, kwargs, self._stdout)
 
 
-def hooked() -> list[Any]:
-    from snakemake.script import PythonScript, ScriptBase
-    from snakemake.shell import shell
-
-    return [PythonScript.execute_script, ScriptBase._execute_cmd, shell.__new__]
-
-
 def install() -> bool:
     """In the zygote: run warm jobs' Python scripts in forks of it. False, and nothing
     changed, on a Snakemake whose code is not the one this was written for."""
     global DEFAULT_BASH
-    from snakemake.script import PythonScript
-
-    # Imported here, not with this module: the warm process's own modules are warm/ and
-    # worker/ (tests/component/test_layering.py); by now Snakemake's plugin registry has
-    # imported this plugin's executor, and with it snakemake_fixes.
-    from ..snakemake_fixes.fingerprint import digest, mark
-
-    shell_module = importlib.import_module("snakemake.shell")  # `snakemake.shell`: the class
-
-    if digest(hooked()) != WRITTEN_FOR or isinstance(shell_module.sp, _Subprocess):
+    shell_module = internal_shell.module()
+    if not SCRIPT_HOOK.matches() or isinstance(shell_module.sp, _Subprocess):
         return False
     DEFAULT_BASH = shell_module.shell.get_executable()
     import snakemake
@@ -487,12 +465,16 @@ def install() -> bool:
     setters, reason = find_blas_setters()
     BLAS_SETTERS[:] = setters
     POOLS_REASON[:] = [reason] if reason is not None else []
-    original = PythonScript.execute_script
+    wrap_execute_script(_hook)
+    internal_shell.swap_subprocess(lambda real, stdout: _Subprocess(subprocess, stdout))
+    return True
+
+
+def _hook(original: Any) -> Any:
+    """``PythonScript.execute_script`` that arms this thread's ``Popen`` for its script."""
 
     def execute_script(self: Any, fname: str, edit: bool = False) -> None:
-        reason = why_script_not_warm(
-            self.container_img, self.conda_env, self.env_modules, self.bench_record, edit
-        )
+        reason = why_script_not_warm(software_reason(self), script_bench_record(self), edit)
         if reason is not None:
             return original(self, fname, edit)
         _local.fname = fname
@@ -501,9 +483,7 @@ def install() -> bool:
         finally:
             _local.fname = None
 
-    PythonScript.execute_script = mark(execute_script, original)
-    shell_module.__dict__["sp"] = _Subprocess(subprocess, shell_module.STDOUT)
-    return True
+    return execute_script
 
 
 # -- the script's process (forked from the zygote) -------------------------------------

@@ -18,9 +18,10 @@ workflow is parsed (:func:`prime`), then stops it. Which arguments may differ be
 jobs that share a parse is :data:`PER_JOB_FLAGS`: Snakemake reads them only after the
 parse (DAG, execution and group settings), except ``--unneeded-temp-files``.
 
-:func:`check_internals` pins everything used here; ``tests/unit/test_warm_parts.py`` fails
-on a Snakemake release that changes it. What would make this unnecessary upstream: an API
-call that runs one job of an already parsed workflow (docs/architecture.md).
+:func:`check_internals` pins everything used here (``snakemake_internals.cli.WARM_PARSE``);
+tests/component/test_snakemake_internals.py fails on a Snakemake release that changes it.
+What would make this unnecessary upstream: an API call that runs one job of an already
+parsed workflow (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
+
+from ..snakemake_internals import cli as internal_cli
 
 #: Arguments of Snakemake's job command that differ between jobs of one run
 #: (snakemake_interface_executor_plugins' ``RealExecutor.get_job_args``, and
@@ -106,25 +109,9 @@ def check_internals() -> None:
     """Raise :class:`Unsupported` unless Snakemake's internals are those this module was
     written for."""
     import snakemake
-    import snakemake.cli as cli
-    from snakemake.api import WorkflowApi
-    from snakemake.workflow import Workflow
 
     version = getattr(snakemake, "__version__", "?")
-    missing = [
-        name
-        for name, ok in (
-            ("snakemake 9.x", str(version).startswith("9.")),
-            ("cli.main", callable(getattr(cli, "main", None))),
-            ("cli.parse_args", callable(getattr(cli, "parse_args", None))),
-            ("cli.get_argument_parser", callable(getattr(cli, "get_argument_parser", None))),
-            ("WorkflowApi._workflow", isinstance(vars(WorkflowApi).get("_workflow"), property)),
-            ("WorkflowApi._workflow_store", "_workflow_store" in WorkflowApi.__dataclass_fields__),
-            ("Workflow.start_time", "start_time" in Workflow.__dataclass_fields__),
-            ("Workflow.async_run", callable(getattr(Workflow, "async_run", None))),
-        )
-        if not ok
-    ]
+    missing = internal_cli.missing()
     if missing:
         raise Unsupported(
             f"Snakemake {version}'s internals are not the ones the warm path was written for "

@@ -18,10 +18,10 @@ from tests.waiting import eventually
 
 @pytest.fixture
 def patched_shell(monkeypatch: pytest.MonkeyPatch) -> type:
-    # install() changes Snakemake's class for the whole process: undone after the test.
+    # remember_kills() changes Snakemake's class for the whole process: undone after the test.
     monkeypatch.setattr(shell, "_processes", {})
     monkeypatch.setattr(shell, "kill", shell.__dict__["kill"])
-    assert group_runner.install(shell)
+    assert group_runner.remember_kills(shell)
     return shell
 
 
@@ -72,7 +72,7 @@ def test_unknown_internals_are_left_alone() -> None:
     class Other:
         pass
 
-    assert not group_runner.install(Other)
+    assert not group_runner.remember_kills(Other)
     assert not hasattr(Other, "kill")
 
 

@@ -11,8 +11,10 @@
   imports both; nothing imports the executor.
 - ``report/`` (what the user is told) imports neither ``clusters/`` nor ``dispatch/``.
 - ``warm/`` runs beside each worker, with Snakemake imported (the warm path): of the plugin
-  it imports only ``worker/`` and itself, and never Dask, so that it starts as fast as
-  Snakemake does.
+  it imports only ``worker/``, ``snakemake_internals/`` and itself, and never Dask, so that
+  it starts as fast as Snakemake does.
+- ``snakemake_internals/`` (every reach into Snakemake's code) is a leaf: it imports only
+  the standard library, Snakemake (inside functions) and itself.
 - Only named modules start processes (import ``subprocess``).
 - Importing a worker-side module imports neither Snakemake nor the rest of the plugin.
 """
@@ -43,11 +45,11 @@ SUBPROCESS_USERS = {
 }
 #: What warm/ must never import (the cluster's and the main process's side).
 WARM_FORBIDDEN = {"distributed", "dask", "tornado"}
-#: The one module of another part warm/ may import, inside a function: the stdlib-only
-#: hash of Snakemake's source that every hook of Snakemake's code is pinned by
-#: (warm/script.py, once Snakemake's plugin registry has imported the executor and with it
-#: snakemake_fixes; the probe below checks nothing else comes with warm/'s own modules).
-WARM_SHARED = {f"{NAME}.snakemake_fixes.fingerprint"}
+#: The parts of the plugin warm/ may import besides itself (the probe below checks nothing
+#: else comes with warm/'s own modules).
+WARM_SHARED = ("warm", "worker", "snakemake_internals")
+#: What snakemake_internals/ may import besides the standard library and itself.
+SNAKEMAKE = ("snakemake", "snakemake_interface_common", "snakemake_interface_executor_plugins")
 
 
 def modules() -> list[Path]:
@@ -93,9 +95,14 @@ def test_imports_point_the_right_way(path: Path) -> None:
             assert allowed, f"worker/{path.name} imports {module}"
         if where == "warm":
             assert root not in WARM_FORBIDDEN, f"warm/{path.name} imports {module}"
-            own = root != NAME or inside in ("warm", "worker")
-            own = own or (module in WARM_SHARED and not at_top)
+            own = root != NAME or inside in WARM_SHARED
             assert own, f"warm/{path.name} imports {module}"
+        if where == "snakemake_internals":
+            allowed = root in sys.stdlib_module_names or (
+                root == NAME and inside == "snakemake_internals"
+            )
+            allowed = allowed or (root in SNAKEMAKE and not at_top)
+            assert allowed, f"snakemake_internals/{path.name} imports {module}"
         if where == "slurm" and root == NAME:
             assert inside not in ("clusters", "dispatch", "report", "executor"), (
                 f"slurm/{path.name} imports {module}"
@@ -118,6 +125,8 @@ def test_the_layering_test_sees_imports() -> None:
     assert found[f"{NAME}.worker.logtail"] is True
     assert found["distributed"] is False  # inside run_and_report
     assert ("subprocess", True) in imports(PACKAGE / "slurm" / "run.py")
+    room = dict(imports(PACKAGE / "snakemake_internals" / "scheduler.py"))
+    assert room["snakemake.scheduling.job_scheduler"] is False  # inside a function
 
 
 def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
@@ -142,7 +151,7 @@ def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
     probe = (
         f"import sys, {warm}.zygote, {warm}.primed, {warm}.child, {warm}.snakemake_side;"
         f"own = sorted(m for m in sys.modules if m.startswith('{NAME}.') "
-        f"and m.split('.')[1] not in ('warm', 'worker'));"
+        f"and m.split('.')[1] not in {WARM_SHARED!r});"
         f"{warm}.snakemake_side.load();"
         "dask = sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask'));"
         "print(own, dask); sys.exit(1 if own or dask else 0)"

@@ -14,6 +14,7 @@ from snakemake_executor_plugin_dask_slurm.dispatch.direct_way import JobFacts, R
         (RuleFacts(shadow=True), ("shadow:",)),
         (RuleFacts(conda=True), ("conda:",)),
         (RuleFacts(container=True), ("container:",)),
+        (RuleFacts(software_env=True), ("a software environment Snakemake deploys",)),
         (RuleFacts(benchmark=True), ("benchmark:",)),
         (RuleFacts(cache=True), ("cache:",)),
         (RuleFacts(pipe_or_service=True), ("pipe()/service() output",)),

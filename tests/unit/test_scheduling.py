@@ -16,7 +16,7 @@ from snakemake_executor_plugin_dask_slurm.dispatch.scheduling import (
     flag_given,
     plan,
 )
-from snakemake_executor_plugin_dask_slurm.snakemake_fixes.fingerprint import original
+from snakemake_executor_plugin_dask_slurm.snakemake_internals.guard import original
 
 DEFAULTS = Given(rate=(100, 1.0), scheduler="ilp", subsample=None)
 
@@ -104,7 +104,7 @@ def test_snakemake_job_scheduler_internals_the_plugin_relies_on() -> None:
 
 def test_the_plugin_is_called_before_snakemakes_first_round() -> None:
     """The plugin registers its scheduling settings in the executor's __post_init__ and
-    applies them when JobScheduler.schedule() starts (snakemake_fixes/first_round.py):
+    applies them when JobScheduler.schedule() starts (snakemake_internals/scheduler.py):
     Snakemake builds the executor inside JobScheduler.__init__, and Workflow.execute calls
     schedule() on the finished scheduler, whose first round is the first job selection."""
     import snakemake.api  # noqa: F401  (imports snakemake.workflow in the order it needs)

@@ -230,11 +230,10 @@ def test_the_snakemake_code_a_warm_script_relies_on_is_the_one_it_was_written_fo
     """If this fails, a Snakemake release changed ``PythonScript.execute_script``,
     ``ScriptBase._execute_cmd`` or ``shell()``: warm jobs' scripts then run through the
     shell again (still correct, slower); check warm/script.py against the new code and
-    record the new fingerprint in ``script.WRITTEN_FOR``."""
-    from snakemake_executor_plugin_dask_slurm.snakemake_fixes.fingerprint import digest
-    from snakemake_executor_plugin_dask_slurm.warm import script
+    record the new fingerprint in ``snakemake_internals.script.SCRIPT_HOOK``."""
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals.script import SCRIPT_HOOK
 
-    assert digest(script.hooked()) == script.WRITTEN_FOR
+    assert SCRIPT_HOOK.matches()
 
 
 @pytest.mark.parametrize(
@@ -251,12 +250,19 @@ def test_the_snakemake_code_a_warm_script_relies_on_is_the_one_it_was_written_fo
 def test_a_script_may_run_warm_only_with_this_interpreter_and_no_benchmark(
     deployment: dict[str, object], reason: str | None
 ) -> None:
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals.deployment import (
+        script_bench_record,
+    )
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals.script import software_reason
     from snakemake_executor_plugin_dask_slurm.warm.script import why_script_not_warm
 
     given = {"container_img": None, "conda_env": None, "env_modules": None, "bench_record": None}
     given.update(deployment)
     edit = bool(given.pop("edit", False))
-    found = why_script_not_warm(**given, edit=edit)  # type: ignore[arg-type]
+    script = SimpleNamespace(**given)  # the attributes of Snakemake 9's PythonScript
+    found = why_script_not_warm(software_reason(script), script_bench_record(script), edit)
     assert found is None if reason is None else (found is not None and reason in found)
 
 

@@ -1,4 +1,5 @@
-"""The preparation of a job with many inputs, made linear.
+"""Snakemake's jobs (snakemake/jobs.py): the preparation of a job with many inputs, made
+linear.
 
 Snakemake 9.27.1's ``Job.prepare()`` (snakemake/jobs.py) waits for the job's input files,
 minus those that come through a pipe or a service::
@@ -28,16 +29,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
-from .fingerprint import mark
-
-#: Snakemake's ``Job.prepare`` and ``Job.is_pipe_or_service_input`` of 9.27.1.
-FINGERPRINT = "340e8ab412459d356eb375accd4a7f5e8b72eb24366731f7c85ad52aeacf17cb"
-WRITTEN_FOR = "9.27.1"
-WHAT = "Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py)"
-WITHOUT = (
-    "a job with N inputs, such as a farm's 'rule all', takes time in N² before it runs "
-    "(about 9 minutes at 100,000 inputs)"
-)
+from .guard import Touch, digest, mark
 
 
 def targets() -> list[Callable[..., Any]]:
@@ -115,3 +107,20 @@ def apply() -> None:
     Job.prepare, Job.is_pipe_or_service_input = replacements(
         Job.prepare, Job.is_pipe_or_service_input
     )
+
+
+#: Replaces both functions whole: its fingerprint is their whole source (9.27.1's).
+PREPARE_INPUTS = Touch(
+    name="prepare_inputs",
+    kind="fix",
+    what="Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py)",
+    written_for="9.27.1",
+    without=(
+        "a job with N inputs, such as a farm's 'rule all', takes time in N² before it runs "
+        "(about 9 minutes at 100,000 inputs)"
+    ),
+    found=lambda: digest(targets()),
+    fingerprint="340e8ab412459d356eb375accd4a7f5e8b72eb24366731f7c85ad52aeacf17cb",
+    apply=apply,
+)
+TOUCHES = (PREPARE_INPUTS,)

@@ -1,5 +1,6 @@
-"""The plugin's fixes of Snakemake's code (snakemake_fixes/): exactly what Snakemake's own
-functions do, on real jobs, and installed only on the Snakemake they were written for.
+"""The plugin's touches of Snakemake's code (snakemake_internals/): every one is the code it
+was written for on the installed Snakemake; the fixes do exactly what Snakemake's own
+functions do, on real jobs, and are installed only on the Snakemake they were written for.
 
 Real jobs: generated Snakefiles (pipes, services, files shared by several consumers,
 a file listed twice, source files with no producer, jobs with no input) are parsed and
@@ -23,13 +24,10 @@ import snakemake.api  # first: snakemake's modules import each other in this ord
 import snakemake.jobs
 from snakemake.jobs import Job
 
-from snakemake_executor_plugin_dask_slurm import snakemake_fixes
-from snakemake_executor_plugin_dask_slurm.snakemake_fixes import (
-    fingerprint,
-    first_round,
-    prepare_inputs,
-    remaining_jobs,
-)
+from snakemake_executor_plugin_dask_slurm import snakemake_internals
+from snakemake_executor_plugin_dask_slurm.snakemake_internals import guard as fingerprint
+from snakemake_executor_plugin_dask_slurm.snakemake_internals import jobs as prepare_inputs
+from snakemake_executor_plugin_dask_slurm.snakemake_internals import scheduler
 
 SEEDS = (1, 2, 3)
 
@@ -255,12 +253,12 @@ def test_remaining_jobs_are_the_same_jobs_made_at_first_read() -> None:
         made.append(1)
         return ["a", "b", "c"]
 
-    jobs = remaining_jobs.RemainingJobs(make)
+    jobs = scheduler.RemainingJobs(make)
     assert made == []  # nothing made until read
     assert list(jobs) == ["a", "b", "c"] and made == [1]
     assert len(jobs) == 3 and jobs[1] == "b" and jobs[:2] == ["a", "b"] and "c" in jobs
     assert bool(jobs) and jobs == ["a", "b", "c"] and made == [1]  # made once
-    assert not remaining_jobs.RemainingJobs(list)
+    assert not scheduler.RemainingJobs(list)
 
 
 def test_the_remaining_jobs_property_reads_snakemakes() -> None:
@@ -273,36 +271,45 @@ def test_the_remaining_jobs_property_reads_snakemakes() -> None:
         def __init__(self, name: str) -> None:
             self.name = name
 
-    replaced = remaining_jobs.replacement(Scheduler.__dict__["remaining_jobs"])
+    replaced = scheduler.remaining_jobs_replacement(Scheduler.__dict__["remaining_jobs"])
     assert replaced.__doc__ == "doc"
     assert list(replaced.__get__(Scheduler("x"))) == ["x"]
     assert fingerprint.original(replaced.fget) is Scheduler.__dict__["remaining_jobs"].fget
 
 
-@pytest.mark.parametrize("fix", snakemake_fixes.FIXES, ids=lambda fix: fix.name)
-def test_the_installed_snakemake_is_the_one_each_fix_was_written_for(fix: Any) -> None:
-    """Fails on a Snakemake release that changes code a fix replaces or relies on. Then:
-    if that release fixed the problem, delete the fix; otherwise check the fix against the
-    new code (and its tests here), and record the new fingerprint."""
+@pytest.mark.parametrize("touch", snakemake_internals.TOUCHES, ids=lambda touch: touch.name)
+def test_the_installed_snakemake_is_the_one_each_touch_was_written_for(touch: Any) -> None:
+    """Fails on a Snakemake release that changes code a fix replaces, a hook or a read
+    relies on. Then: if that release fixed the problem, delete the fix; otherwise check the
+    touch against the new code (and its tests here), and record the new fingerprint."""
     import snakemake
 
-    found = fix.found()
-    assert found == fix.module.FINGERPRINT, (
-        f"Snakemake {snakemake.__version__}: {fix.module.WHAT} changed since "
-        f"{fix.module.WRITTEN_FOR} (fingerprint {found}); the fix '{fix.name}' is not "
-        "installed on it. Re-check it, or remove it if Snakemake fixed the cause."
+    found = touch.found()
+    assert found == touch.fingerprint, (
+        f"Snakemake {snakemake.__version__}: {touch.what} changed since "
+        f"{touch.written_for} (fingerprint {found}); the plugin's {touch.kind} "
+        f"'{touch.name}' is not installed on it. Re-check it, or remove it if Snakemake "
+        "fixed the cause."
     )
 
 
+def test_the_registry_holds_every_area_and_the_fixes_are_the_ones_installed() -> None:
+    areas = {t.found.__module__.rsplit(".", 1)[-1] for t in snakemake_internals.TOUCHES}
+    assert areas >= {"scheduler", "jobs", "shell", "script", "cli", "local_executor"}
+    names = [t.name for t in snakemake_internals.FIXES]
+    assert names == ["prepare_inputs", "remaining_jobs", "first_round"]
+    assert len({t.name for t in snakemake_internals.TOUCHES}) == len(snakemake_internals.TOUCHES)
+
+
 def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(snakemake_fixes, "_installed", {})
-    monkeypatch.setattr(prepare_inputs, "FINGERPRINT", "0" * 64)
+    monkeypatch.setattr(snakemake_internals, "_installed", {})
+    monkeypatch.setattr(prepare_inputs.PREPARE_INPUTS, "fingerprint", "0" * 64)
     applied: list[str] = []
-    monkeypatch.setattr(prepare_inputs, "apply", lambda: applied.append("prepare"))
-    monkeypatch.setattr(remaining_jobs, "apply", lambda: applied.append("remaining"))
-    monkeypatch.setattr(first_round, "apply", lambda: applied.append("first"))
+    monkeypatch.setattr(prepare_inputs.PREPARE_INPUTS, "apply", lambda: applied.append("prepare"))
+    monkeypatch.setattr(scheduler.REMAINING_JOBS, "apply", lambda: applied.append("remaining"))
+    monkeypatch.setattr(scheduler.FIRST_ROUND, "apply", lambda: applied.append("first"))
     lines: list[str] = []
-    installed = snakemake_fixes.install(lines.append)
+    installed = snakemake_internals.install(lines.append)
     assert installed == {"prepare_inputs": False, "remaining_jobs": True, "first_round": True}
     assert applied == ["remaining", "first"]
     assert lines == [
@@ -311,13 +318,13 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
         "left as it is: a job with N inputs, such as a farm's 'rule all', takes time in N² "
         "before it runs (about 9 minutes at 100,000 inputs)"
     ]
-    assert snakemake_fixes.install(lines.append) == installed  # once per process
+    assert snakemake_internals.install(lines.append) == installed  # once per process
     assert applied == ["remaining", "first"] and len(lines) == 2  # said in each run's log
 
 
 def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once installed, a fix's fingerprint is still Snakemake's own code's."""
-    fix = snakemake_fixes.FIXES[0]
+    fix = prepare_inputs.PREPARE_INPUTS
     before = fix.found()
     prepare, lookup = original_functions()
     replaced = prepare_inputs.replacements(prepare, lookup)
@@ -352,14 +359,14 @@ class Plugin:
 def test_the_first_round_hook_calls_the_registered_plugin_first_and_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(first_round, "_waiting", [])
-    monkeypatch.setattr(first_round, "_installed", False)
+    monkeypatch.setattr(scheduler, "_waiting", [])
+    monkeypatch.setattr(scheduler, "_installed", False)
     workflow, other = FakeWorkflow(), FakeWorkflow()
     plugin = Plugin()
-    assert not first_round.before_first_round(workflow, plugin.tune)  # not installed: no
-    monkeypatch.setattr(first_round, "_installed", True)
-    assert first_round.before_first_round(workflow, plugin.tune)
-    schedule = first_round.replacement(FakeScheduler.schedule)
+    assert not scheduler.before_first_round(workflow, plugin.tune)  # not installed: no
+    monkeypatch.setattr(scheduler, "_installed", True)
+    assert scheduler.before_first_round(workflow, plugin.tune)
+    schedule = scheduler.first_round_replacement(FakeScheduler.schedule)
     mine, theirs = FakeScheduler(workflow), FakeScheduler(other)
     assert schedule(theirs) == "done" and theirs.rounds == ["first round"]  # not its plugin
     assert schedule(mine) == "done" and mine.rounds == ["tuned", "first round"]
@@ -373,15 +380,15 @@ def test_a_workflow_that_never_schedules_is_not_kept_alive(
     import gc
     import weakref
 
-    monkeypatch.setattr(first_round, "_waiting", [])
-    monkeypatch.setattr(first_round, "_installed", True)
+    monkeypatch.setattr(scheduler, "_waiting", [])
+    monkeypatch.setattr(scheduler, "_installed", True)
     workflow, plugin = FakeWorkflow(), Plugin()
-    first_round.before_first_round(workflow, plugin.tune)
+    scheduler.before_first_round(workflow, plugin.tune)
     gone = weakref.ref(plugin)
     del plugin
     gc.collect()
     assert gone() is None  # the entry holds the executor weakly
-    assert first_round._take(workflow) == [] and first_round._waiting == []
+    assert scheduler._take(workflow) == [] and scheduler._waiting == []
 
 
 def test_snakemakes_ilp_selector_reads_the_remaining_jobs_alike(
@@ -414,7 +421,7 @@ def test_snakemakes_ilp_selector_reads_the_remaining_jobs_alike(
 
     ilp = Scheduler(dag, SchedulerSettings(), logging.getLogger("test"))
     from_list = ilp.select_jobs(ready, jobs, resources, sizes)
-    lazily = ilp.select_jobs(ready, remaining_jobs.RemainingJobs(make), resources, sizes)
+    lazily = ilp.select_jobs(ready, scheduler.RemainingJobs(make), resources, sizes)
     assert made == [1]  # read, and made once
     assert from_list is not None and len(from_list) == 3
     assert lazily == from_list
@@ -424,7 +431,7 @@ def test_a_fingerprint_covers_what_its_fix_relies_on_only() -> None:
     """An edit of schedule() that its fixes do not depend on (Snakemake's main branch
     added two `for job in self.failed: job.log_error()` loops after 9.27.1) leaves both
     installed; a new use of what a fix relies on switches it off."""
-    sources = [fingerprint.source_of(f) for f in remaining_jobs.targets()]
+    sources = [fingerprint.source_of(f) for f in scheduler.remaining_jobs_targets()]
     schedule = sources[2]
     pad = " " * 20
     anchor = f"{pad}if errors:\n"
@@ -434,21 +441,23 @@ def test_a_fingerprint_covers_what_its_fix_relies_on_only() -> None:
     tuned = schedule.replace(anchor, f"{pad}self.subsample = None\n{anchor}", 1)
 
     def remaining(schedule_source: str) -> str:
-        texts = remaining_jobs.relied_on(sources[0], sources[1], schedule_source, sources[3])
+        texts = scheduler.remaining_jobs_relied_on(
+            sources[0], sources[1], schedule_source, sources[3]
+        )
         return fingerprint.digest_texts(texts)
 
     def first(schedule_source: str) -> str:
-        return fingerprint.digest_texts(first_round.relied_on(schedule_source))
+        return fingerprint.digest_texts(scheduler.first_round_relied_on(schedule_source))
 
-    assert remaining(schedule) == remaining(logged) == remaining_jobs.FINGERPRINT
-    assert remaining(used) != remaining_jobs.FINGERPRINT
-    assert first(schedule) == first(logged) == first_round.FINGERPRINT
-    assert first(tuned) != first_round.FINGERPRINT
+    assert remaining(schedule) == remaining(logged) == scheduler.REMAINING_JOBS.fingerprint
+    assert remaining(used) != scheduler.REMAINING_JOBS.fingerprint
+    assert first(schedule) == first(logged) == scheduler.FIRST_ROUND.fingerprint
+    assert first(tuned) != scheduler.FIRST_ROUND.fingerprint
     # the selectors' block must be there whole
     selector = sources[1].replace("with self._lock:", "if True:")
     assert (
         fingerprint.digest_texts(
-            remaining_jobs.relied_on(sources[0], selector, schedule, sources[3])
+            scheduler.remaining_jobs_relied_on(sources[0], selector, schedule, sources[3])
         )
-        != remaining_jobs.FINGERPRINT
+        != scheduler.REMAINING_JOBS.fingerprint
     )

@@ -1,0 +1,153 @@
+"""Snakemake's ``shell()`` (snakemake/shell.py): what the plugin reads of it and changes.
+
+**The wrapper** (:func:`wrapper`): the executable, prefix and suffix ``shell()`` puts
+around a command, as the Snakefile set them (``shell.executable()``, ``shell.prefix()``,
+``shell.suffix()``), read from its private ``_get_process_prefix`` and
+``_process_suffix``: the direct way runs a command exactly as ``shell()`` would.
+
+**Its subprocess** (:func:`swap_subprocess`): the module ``shell()`` starts its process
+with (``sp``), swapped in a warm process for one that sends a warm script to the zygote
+(warm/script.py).
+
+**Kills remembered** (:func:`remember_kills`), for a group job's own Snakemake. A group's
+own Snakemake (``--mode remote``, on a worker) runs the jobs of a pipe or service group at
+once (``snakemake/executors/local.py``, ``run_group_job``). When one
+fails, it kills the others with ``shell.kill(jobid)``, which only reaches jobs whose shell
+has already started. A pipe's consumer that starts a moment later (after a producer that
+failed at once, e.g. with a shell syntax error) opens the pipe, whose writer will never
+come, and blocks for ever; Snakemake then waits for it at shutdown, the group's task never
+ends, and the workflow hangs (issue 16). Here a kill is remembered: a job whose shell
+starts after its kill is killed as it starts.
+
+Snakemake 9.27: ``shell._processes`` (job id -> the running shell's ``Popen``) and
+``shell._lock`` are its internals; it registers a shell and kills one under that lock.
+Used by the cold way (dispatch/group_runner.py) and the warm way (warm/child.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import string
+from typing import Any
+
+from .guard import Touch, present
+
+
+class Processes(dict[Any, Any]):
+    """``shell._processes``: a shell registered for a job killed before is killed at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.killed: set[Any] = set()
+
+    def __setitem__(self, jobid: Any, proc: Any) -> None:
+        super().__setitem__(jobid, proc)
+        if jobid in self.killed:
+            proc.kill()
+
+    def kill(self, jobid: Any) -> None:
+        """Kill the job's shell, now or when it starts (call with ``shell._lock`` held)."""
+        self.killed.add(jobid)
+        proc = self.pop(jobid, None)
+        if proc is not None:
+            proc.kill()
+
+
+def remember_kills(shell: Any) -> bool:
+    """Make ``shell.kill`` remember its kills. False, and nothing changed, if Snakemake's
+    internals are not the ones this was written for: the job then runs as before."""
+    if not isinstance(getattr(shell, "_processes", None), dict) or not hasattr(shell, "_lock"):
+        return False
+    processes = Processes()
+    processes.update(shell._processes)
+    shell._processes = processes
+
+    def kill(cls: Any, jobid: Any) -> None:
+        with cls._lock:
+            processes.kill(jobid)
+
+    shell.kill = classmethod(kill)
+    return True
+
+
+def wrapper() -> tuple[str, str, str]:
+    """(shell, prefix, suffix) that Snakemake's ``shell()`` uses, as the Snakefile set them.
+
+    Read after the Snakefile was parsed (``shell.executable()``, ``shell.prefix()`` and
+    ``shell.suffix()`` are set there).
+    """
+    from snakemake.shell import shell
+
+    executable = shell.get_executable() or "/bin/sh"
+    return executable, shell._get_process_prefix(executable), shell._process_suffix
+
+
+#: The local names a ``shell:`` rule's compiled function passes to ``shell()``: Snakemake
+#: 9's ``shell(CMD, bench_record=bench_record, bench_iteration=bench_iteration)``, Snakemake
+#: 10's ``shell(CMD, run_args=run_args)`` (snakemake/parser.py, class Shell).
+SHELL_CALL_LOCALS = frozenset({"bench_record", "bench_iteration", "run_args"})
+
+
+@functools.cache
+def _formatters() -> tuple[Any, Any]:
+    try:  # Snakemake 10: a package
+        from snakemake.utils.format import QuotedFormatter, SequenceFormatter
+    except ImportError:  # Snakemake 9: snakemake/utils.py
+        from snakemake.utils import QuotedFormatter, SequenceFormatter
+    return SequenceFormatter, QuotedFormatter
+
+
+def command_formatter() -> string.Formatter:
+    """The formatter ``shell()`` formats a command with: lists joined by spaces, each
+    element quoted where the command says ``:q``."""
+    sequence, quoted = _formatters()
+    fmt: string.Formatter = sequence(separator=" ")
+    fmt.element_formatter = quoted()  # type: ignore[attr-defined]
+    return fmt
+
+
+def module() -> Any:
+    """The module ``snakemake.shell`` (``snakemake.shell`` the name is its class)."""
+    return importlib.import_module("snakemake.shell")
+
+
+def swap_subprocess(make: Any) -> Any:
+    """Replace the ``subprocess`` module that ``shell()`` starts its process with by
+    ``make(subprocess, shell's STDOUT)``; what it was."""
+    shell_module = module()
+    was = shell_module.sp
+    shell_module.__dict__["sp"] = make(was, shell_module.STDOUT)
+    return was
+
+
+def _names() -> str:
+    shell_module = module()
+    cls = shell_module.shell
+    return present(
+        [
+            ("get_executable", callable(getattr(cls, "get_executable", None))),
+            ("_get_process_prefix", callable(getattr(cls, "_get_process_prefix", None))),
+            ("_process_suffix", isinstance(getattr(cls, "_process_suffix", None), str)),
+            ("_processes", isinstance(getattr(cls, "_processes", None), dict)),
+            ("_lock", hasattr(cls, "_lock")),
+            ("kill", callable(getattr(cls, "kill", None))),
+            ("sp", getattr(shell_module, "sp", None) is not None),
+            ("STDOUT", hasattr(shell_module, "STDOUT")),
+        ]
+    )
+
+
+SHELL = Touch(
+    name="reading of shell()",
+    kind="read",
+    what="shell's executable, prefix, suffix, process table and subprocess (snakemake/shell.py)",
+    written_for="9.27.1",
+    without=(
+        "the direct way cannot run a command as shell() would, a group's pipe consumer "
+        "may hang after its producer failed, and warm scripts start fresh interpreters"
+    ),
+    found=_names,
+    fingerprint="get_executable,_get_process_prefix,_process_suffix,_processes,_lock,kill,sp,STDOUT",
+)
+TOUCHES = (SHELL,)
