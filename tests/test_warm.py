@@ -117,6 +117,29 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
         assert len(groups) == 1 and float(groups[0]["cpu_s"]) >= 0.5, (way, groups)
 
 
+def test_a_run_job_whose_final_flush_fails_fails_warm_as_cold(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """A ``run:`` job writes its output, then its stdout to a full disk: its process's
+    final flush fails, so ``python -m snakemake`` exits 120 and the job fails, its output
+    removed; the warm way's forked process ends the same way (it exited 0 and the output
+    was accepted before warm/child.py and warm/script.py shared one ending)."""
+    logs = {}
+    for way, extra in (("warm", ()), ("cold", ("--dask-slurm-no-warm",))):
+        workdir = tmp_path / way
+        shutil.copytree(WORKFLOWS / "full_disk", workdir)
+        args = ("--executor", "dask-slurm", "--jobs", "2", "--dask-slurm-no-usage-report")
+        code, said = run(workdir, no_leftovers, *args, *extra)
+        assert code == 1 and "Error in rule full_run" in said, f"{way}:\n{said}"
+        assert not (workdir / "out/full_run.txt").exists(), f"{way}: the output was kept"
+        assert ("went the cold way" in said) == (way == "cold"), said
+        log = next((workdir / ".snakemake/dask-slurm/logs/jobs").glob("full_run.*")).read_text()
+        logs[way] = [line for line in log.splitlines() if line.strip()][-2:]
+    assert logs["warm"] == logs["cold"], logs
+    assert logs["cold"][0].startswith("Exception ignored in: <_io.TextIOWrapper name='/dev/full'")
+    assert logs["cold"][1] == "OSError: [Errno 28] No space left on device"
+
+
 def script_failures(text: str) -> list[tuple[str, str]]:
     """(the generated script's name, the exit status) of each failed script's command."""
     found = re.findall(

@@ -80,15 +80,40 @@ def _reseed() -> None:
             numpy_random.seed()
 
 
-def _finish(code: int) -> int:
-    """What the interpreter does at exit before it ends the process."""
+#: Exit status of an interpreter whose final flush of stdout or stderr failed (CPython's
+#: ``Py_Exit``/``Py_RunMain`` when ``Py_FinalizeEx`` fails), whatever the status was.
+FLUSH_FAILED = 120
+
+
+def flush_std_streams() -> bool:
+    """Flush ``sys.stdout`` and ``sys.stderr`` as the interpreter does at exit (its
+    ``flush_std_files``): False if either failed, the stdout error printed as
+    "Exception ignored"."""
+    ok = True
+    for stream in (sys.stdout, sys.stderr):
+        if stream is None or getattr(stream, "closed", False):
+            continue
+        try:
+            stream.flush()
+        except Exception as e:
+            ok = False
+            if stream is sys.stdout:
+                with contextlib.suppress(Exception):
+                    sys.stderr.write(f"Exception ignored in: {stream!r}\n")
+                    # as CPython's PyErr_WriteUnraisable prints it: no Python frame
+                    traceback.print_exception(type(e), e, None, file=sys.stderr)
+    return ok
+
+
+def interpreter_exit(code: int) -> int:
+    """What the interpreter does at exit before it ends the process, for a job's process
+    (this module's) and a warm script's (``script_run.end_as_the_interpreter``) alike: its
+    non-daemon threads joined, exit handlers, the standard streams flushed; the exit
+    status, :data:`FLUSH_FAILED` if a flush failed (as ``python`` exits then)."""
     with contextlib.suppress(Exception):
         threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    return code
+    return code if flush_std_streams() else FLUSH_FAILED
 
 
 def become_job(
@@ -130,7 +155,7 @@ def become_job(
 
             remember_kills(shell)
             member.install(key)
-        code = _finish(snakemake_side.run(list(request["argv"])))
+        code = interpreter_exit(snakemake_side.run(list(request["argv"])))
     except BaseException:
         with contextlib.suppress(Exception):
             sys.stderr.write("dask-slurm warm path: the job's process failed to start:\n")

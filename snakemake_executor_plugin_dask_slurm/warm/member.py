@@ -25,7 +25,7 @@ from typing import Any
 
 from ..snakemake_internals.local_executor import wrap_spawn_job
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, encode
+from ..worker.warm_protocol import Inbox, Op, encode
 from .command import Unsplittable, parse_job_command
 
 #: The zygote's listening address (abstract namespace), set in the zygote before it forks.
@@ -48,7 +48,7 @@ def request_for(command: str) -> dict[str, Any] | None:
     env = {k: v for k, v in os.environ.items() if k != JOB_MARKER}
     env.update(dict(found.exports))
     return {
-        "op": "run",
+        "op": Op.RUN,
         "key": f"{GROUP_KEY}/member{_count}-{os.getpid()}",
         "marker": GROUP_KEY,
         "argv": list(found.argv),
@@ -87,14 +87,14 @@ def run_warm(request: dict[str, Any]) -> int | None:
                 return 1 if started else None
             for msg in inbox.feed(data):
                 op = msg.get("op")
-                if op == "started":
+                if op == Op.STARTED:
                     started = True
-                elif op == "cold":
+                elif op == Op.COLD:
                     return None
-                elif op == "exited":
+                elif op == Op.EXITED:
                     status = msg.get("status")
                     return int(status) if isinstance(status, int) else 1
-                elif op == "lost":
+                elif op == Op.LOST:
                     return 1
 
 

@@ -26,7 +26,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-from ..worker.warm_protocol import Inbox, Outbox
+from ..worker.warm_protocol import Inbox, Op, Outbox
 from . import child, member, snakemake_side
 from .sources import Effect, Fingerprint, Recorder, module_sources
 
@@ -134,7 +134,7 @@ class Server:
     def serve(self) -> NoReturn:
         reason = self.prime()
         if reason is not None:
-            self._send({"op": "unsupported", "reason": reason})
+            self._send({"op": Op.UNSUPPORTED, "reason": reason})
             os._exit(0)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
@@ -170,11 +170,11 @@ class Server:
 
     def _handle(self, msg: Mapping[str, Any]) -> None:
         op = msg.get("op")
-        if op == "run":
+        if op == Op.RUN:
             self._run(msg)
-        elif op == "ping":  # the zygote asks whether this server still answers
-            self._send({"op": "pong"})
-        elif op == "retire":
+        elif op == Op.PING:  # the zygote asks whether this server still answers
+            self._send({"op": Op.PONG})
+        elif op == Op.RETIRE:
             self.retired = True
 
     def _run(self, request: Mapping[str, Any]) -> None:
@@ -182,13 +182,13 @@ class Server:
         fds = list(request.get("_fds") or ())
         if self.retired:
             member.close_fds(fds)
-            self._send({"op": "stale", "key": key, "path": None})
+            self._send({"op": Op.STALE, "key": key, "path": None})
             return
         changed = self.fingerprint.changed()
         if changed is not None:
             member.close_fds(fds)
             self.retired = True
-            self._send({"op": "stale", "key": key, "path": changed})
+            self._send({"op": Op.STALE, "key": key, "path": changed})
             return
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -200,7 +200,7 @@ class Server:
         with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
             os.setpgid(pid, int(request.get("pgid") or pid))
         self.children[pid] = key
-        self._send({"op": "started", "key": key, "pid": pid})
+        self._send({"op": Op.STARTED, "key": key, "pid": pid})
 
     def _reap(self) -> None:
         while self.children:
@@ -217,7 +217,7 @@ class Server:
                 # for), and this server's own peak, which the fork handed the child.
                 floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 usage = (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
-                self._send({"op": "exited", "key": key, "status": code, "usage": usage})
+                self._send({"op": Op.EXITED, "key": key, "status": code, "usage": usage})
 
     def _send(self, msg: dict[str, Any]) -> None:
         try:
@@ -238,6 +238,6 @@ def run_server(
         Server(sock, first, dispositions, base_env, recorder).serve()
     except BaseException as e:
         with contextlib.suppress(Exception):
-            Outbox(sock).send({"op": "unsupported", "reason": f"{type(e).__name__}: {e}"})
+            Outbox(sock).send({"op": Op.UNSUPPORTED, "reason": f"{type(e).__name__}: {e}"})
     finally:
         os._exit(0)

@@ -20,16 +20,13 @@ when it would start exactly
 ``shell()``'s with what bash changes before it execs the interpreter (:func:`bash_env`).
 Anything else, or a zygote that cannot take it, starts the command as before.
 
-The forked process then runs the file as ``python FILE`` would (:func:`become_script`).
+The forked process then runs the file as ``python FILE`` would
+(:func:`.script_run.become_script`); the thread pools it sizes are :mod:`.thread_pools`'s.
 """
 
 from __future__ import annotations
 
-import atexit
-import builtins
 import contextlib
-import gc
-import io
 import itertools
 import os
 import shlex
@@ -38,19 +35,16 @@ import socket
 import subprocess
 import sys
 import threading
-import traceback
-import types
 from collections.abc import Mapping, Sequence
-from importlib.machinery import SourceFileLoader
-from typing import Any, NoReturn
+from typing import Any
 
 from ..snakemake_internals import shell as internal_shell
 from ..snakemake_internals.deployment import script_bench_record
 from ..snakemake_internals.script import SCRIPT_HOOK, software_reason, wrap_execute_script
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, encode
+from ..worker.warm_protocol import Inbox, Op, encode
 from . import marker, member
-from .child import SETUP_FAILED, _reseed, _take_fds, restore_signals
+from .thread_pools import BLAS_SETTERS, POOLS_REASON, find_blas_setters
 
 #: The prefix ``shell()`` puts before a command when bash is its executable and the
 #: workflow set no ``shell.prefix``.
@@ -81,27 +75,9 @@ INTERPRETER_PREFIX = "PYTHON"
 INITIAL_PATH: list[str] = []
 DEFAULT_BASH: str | None = None
 
-#: OpenBLAS (numpy's, which Snakemake imports through yte) sizes its thread pool when it
-#: loads, from the environment: a fresh interpreter's from the job's (``threads``, which
-#: Snakemake's shell exports), the zygote's from its own. Its setter and getter, by build.
-OPENBLAS_SYMBOLS = (
-    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-    ("openblas_set_num_threads", "openblas_get_num_threads"),
-)
-#: Other runtimes that size a pool when they load (OpenMP, MKL, BLIS, TBB): with any of
-#: them loaded in the zygote, scripts go through the shell (no way to resize each here).
-OTHER_POOLS = ("libgomp", "libiomp", "libomp", "libmkl", "libblis", "libtbb")
-#: Set in the zygote (:func:`install`): how to size its OpenBLAS pools in a script's
-#: process, or why scripts cannot run in it.
-BLAS_SETTERS: list[Any] = []
-POOLS_REASON: list[str] = []
 #: Set in the zygote (:func:`install`): what ``import snakemake`` appends to ``sys.path``
 #: (its pip deployments), which a fresh script's preamble does when it imports Snakemake.
 APPENDED_PATH: list[str] = []
-#: Exit status of an interpreter whose final flush of stdout or stderr failed.
-FLUSH_FAILED = 120
 
 _local = threading.local()
 _count = itertools.count(1)
@@ -206,97 +182,6 @@ def _same_dir(a: str, b: str) -> bool:
         return False
 
 
-def loaded_libraries(maps: str) -> list[str]:
-    """The shared libraries a ``/proc/<pid>/maps`` text names, each once, in order."""
-    found: dict[str, None] = {}
-    for line in maps.splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].startswith("/") and ".so" in fields[5]:
-            found.setdefault(fields[5], None)
-    return list(found)
-
-
-def thread_pool_libraries(paths: Sequence[str]) -> tuple[list[str], str | None]:
-    """Of the loaded libraries: the OpenBLAS ones (sized again in each script's process),
-    and why scripts cannot run in this process (another runtime that sizes a pool when it
-    loads), or None."""
-    openblas, other = [], []
-    for path in paths:
-        name = os.path.basename(path).lower()
-        if "openblas" in name:
-            openblas.append(path)
-        elif name.startswith(OTHER_POOLS):
-            other.append(os.path.basename(path))
-    if other:
-        return openblas, (
-            f"the warm process has loaded {', '.join(other)}, whose threads were sized from "
-            "its own environment, not the job's"
-        )
-    return openblas, None
-
-
-def openblas_threads(env: Mapping[str, str], cpus: int) -> int:
-    """The size OpenBLAS gives its pool when it loads in ``env`` with ``cpus`` usable CPUs
-    (its ``blas_get_cpu_number``: OPENBLAS_NUM_THREADS, else GOTO_NUM_THREADS, else
-    OMP_NUM_THREADS, the first that is a positive number; else every CPU; at most
-    ``cpus``). Its compile-time ceiling is applied by its own setter."""
-    wanted = 0
-    for name in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = _leading_int(env.get(name, ""))
-        if value > 0:
-            wanted = value
-            break
-    return min(wanted, cpus) if wanted > 0 else cpus
-
-
-def _leading_int(text: str) -> int:
-    """``atoi``: the number at the start of ``text`` (0 if none)."""
-    text = text.lstrip()
-    digits = ""
-    for ch in text:
-        if not ch.isdigit():
-            break
-        digits += ch
-    return int(digits) if digits else 0
-
-
-def find_blas_setters() -> tuple[list[Any], str | None]:
-    """In the zygote, once: the setters of the loaded OpenBLAS pools, or why scripts
-    cannot run in it."""
-    import ctypes
-
-    try:
-        with open("/proc/self/maps") as f:
-            paths = loaded_libraries(f.read())
-    except OSError as e:
-        return [], f"its loaded libraries could not be read ({e})"
-    openblas, reason = thread_pool_libraries(paths)
-    if reason is not None:
-        return [], reason
-    setters = []
-    for path in openblas:
-        try:
-            library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
-        except OSError:
-            continue
-        for setter, getter in OPENBLAS_SYMBOLS:
-            if hasattr(library, setter) and hasattr(library, getter):
-                setters.append(getattr(library, setter))
-                break
-        else:
-            name = os.path.basename(path)
-            return [], f"its {name} has no thread setter this plugin knows"
-    return setters, None
-
-
-def size_thread_pools(setters: Sequence[Any], env: Mapping[str, str]) -> None:
-    """In a script's process: the OpenBLAS pools as a fresh interpreter would size them
-    from the job's environment."""
-    threads = openblas_threads(env, len(os.sched_getaffinity(0)))
-    for setter in setters:
-        setter(threads)
-
-
 def why_zygote_cannot(
     request: Mapping[str, Any],
     base_env: Mapping[str, str],
@@ -360,7 +245,7 @@ class WarmScript:
                     break
                 msgs = list(self._inbox.feed(data))
             for msg in msgs:
-                if msg.get("op") in ("exited", "lost") and self.returncode is None:
+                if msg.get("op") in (Op.EXITED, Op.LOST) and self.returncode is None:
                     status = msg.get("status")
                     self.returncode = int(status) if isinstance(status, int) else 1
         with contextlib.suppress(OSError):
@@ -397,7 +282,7 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
     if isinstance(env, str):
         return real(*args, **kwargs)
     request = {
-        "op": "script",
+        "op": Op.SCRIPT,
         "key": f"{key}/script{next(_count)}-{os.getpid()}",
         "marker": key,
         "file": fname,
@@ -422,12 +307,12 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
             data = b""
         # The zygote died: the script may have been forked a moment before, so it is not
         # started again here; the worker reruns the whole job the cold way (lost).
-        msgs = inbox.feed(data) if data else [{"op": "started"}, {"op": "lost"}]
+        msgs = inbox.feed(data) if data else [{"op": Op.STARTED}, {"op": Op.LOST}]
         for at, msg in enumerate(msgs):
-            if msg.get("op") == "started":
+            if msg.get("op") == Op.STARTED:
                 pid = int(msg.get("pid") or 0)
                 return WarmScript(sock, inbox, pid, args[0] if args else "", msgs[at + 1 :])
-            if msg.get("op") == "cold":
+            if msg.get("op") == Op.COLD:
                 sock.close()
                 return real(*args, **kwargs)
 
@@ -484,192 +369,3 @@ def _hook(original: Any) -> Any:
             _local.fname = None
 
     return execute_script
-
-
-# -- the script's process (forked from the zygote) -------------------------------------
-
-
-def _stream(fd: int, name: str, mode: str, template: Any, line_buffering: bool) -> io.TextIOWrapper:
-    """A standard stream as the interpreter makes it at start-up (``template``: the
-    zygote's, made by the same interpreter from the same environment: unbuffered with
-    ``-u`` or ``PYTHONUNBUFFERED``)."""
-    unbuffered = mode == "w" and isinstance(getattr(template, "buffer", None), io.FileIO)
-    binary: Any = open(fd, mode + "b", buffering=0 if unbuffered else -1, closefd=False)  # noqa: SIM115
-    raw = binary if unbuffered else binary.raw
-    raw.name = name
-    text = io.TextIOWrapper(
-        binary,
-        encoding=getattr(template, "encoding", None),
-        errors=getattr(template, "errors", None),
-        newline="\n",
-        line_buffering=line_buffering and not unbuffered,
-        write_through=unbuffered,
-    )
-    text.mode = mode  # type: ignore[misc]
-    return text
-
-
-def fresh_stdio() -> None:
-    """New standard streams on file descriptors 0-2, as a fresh interpreter has."""
-    stdin = _stream(0, "<stdin>", "r", sys.__stdin__, False)
-    stdout = _stream(1, "<stdout>", "w", sys.__stdout__, os.isatty(1))
-    stderr = _stream(2, "<stderr>", "w", sys.__stderr__, True)
-    sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = stdin, stdout, stderr  # type: ignore[misc]
-
-
-def _exit_code(e: SystemExit) -> int:
-    """What the interpreter exits with for an uncaught ``SystemExit`` (it prints a code
-    that is not an integer or None)."""
-    code = e.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"{code}\n")
-    return 1
-
-
-def run_file(path: str, initial_path: Sequence[str]) -> tuple[int, bool]:
-    """Run ``path`` as ``python path`` runs it, in a fresh ``__main__``; the exit status
-    and whether it ended by an uncaught KeyboardInterrupt."""
-    sys.argv = [path]
-    sys.orig_argv = [sys.executable, path]
-    own = [os.path.dirname(os.path.realpath(path)), *initial_path[1:]]
-    sys.path[:] = own + [entry for entry in APPENDED_PATH if entry not in own]
-    main = types.ModuleType("__main__")
-    main.__dict__.update(
-        __file__=path,
-        __cached__=None,
-        __loader__=SourceFileLoader("__main__", path),
-        __builtins__=builtins,
-        __annotations__={},
-    )
-    sys.modules["__main__"] = main
-    try:
-        with io.open_code(path) as f:
-            source = f.read()
-        code = compile(source, path, "exec", dont_inherit=True)
-        exec(code, main.__dict__)
-    except SystemExit as e:
-        return _exit_code(e), False
-    except BaseException as e:
-        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
-        e.__traceback__ = tb  # without this function's frame, as the interpreter prints it
-        sys.excepthook(type(e), e, tb)
-        return 1, isinstance(e, KeyboardInterrupt)
-    return 0, False
-
-
-def flush_std_streams() -> bool:
-    """Flush ``sys.stdout`` and ``sys.stderr`` as the interpreter does at exit (its
-    ``flush_std_files``): False if either failed, the stdout error printed as
-    "Exception ignored"."""
-    ok = True
-    for stream in (sys.stdout, sys.stderr):
-        if stream is None or getattr(stream, "closed", False):
-            continue
-        try:
-            stream.flush()
-        except Exception as e:
-            ok = False
-            if stream is sys.stdout:
-                with contextlib.suppress(Exception):
-                    sys.stderr.write(f"Exception ignored in: {stream!r}\n")
-                    traceback.print_exception(e, file=sys.stderr)
-    return ok
-
-
-def clear_globals(namespace: dict[str, Any]) -> None:
-    """A module's globals as the interpreter clears them at exit (``_PyModule_ClearDict``):
-    the names with one leading underscore set to None, then every other but
-    ``__builtins__``. Each object goes when its last reference does, so a file the
-    script left open is closed by its text layer first, which flushes it (collected as
-    garbage instead, its layers may be finalized in any order and its text lost)."""
-    for key in [k for k in namespace if k[:1] == "_" and k[1:2] != "_"]:
-        namespace[key] = None
-    for key in [k for k in namespace if k != "__builtins__"]:
-        namespace[key] = None
-
-
-def end_as_the_interpreter(code: int, before: Sequence[str]) -> int:
-    """What ``python FILE`` does after the file ran (``Py_FinalizeEx``), for what the
-    script made; the exit status. Its non-daemon threads joined, exit handlers, the
-    standard streams flushed (a failure makes the status 120); then the globals of its
-    ``__main__`` cleared, which closes and flushes the files it left open while the
-    modules their ``close`` needs are whole (gzip's, say), then those of the modules it
-    imported (not in ``before``), newest first; a collection; and the streams it
-    replaced flushed."""
-    with contextlib.suppress(Exception):
-        threading._shutdown()  # type: ignore[attr-defined]  # joins non-daemon threads
-    atexit._run_exitfuncs()
-    if not flush_std_streams():
-        code = FLUSH_FAILED
-    known = set(before) - {"__main__"}
-    imported = [name for name in sys.modules if name not in known and name != "__main__"]
-    for name in ["__main__", *reversed(imported)]:
-        module = sys.modules.get(name)
-        if isinstance(module, types.ModuleType) and name not in sys.builtin_module_names:
-            with contextlib.suppress(Exception):
-                clear_globals(module.__dict__)
-    with contextlib.suppress(Exception):
-        gc.collect()
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        with contextlib.suppress(Exception):
-            if stream is not None:
-                stream.flush()
-    return code
-
-
-def fresh_process_state(cwd: str) -> None:
-    """Per-process state a fresh interpreter makes anew, which a fork inherits from the
-    zygote: the garbage collector's view (the zygote's objects frozen, so a collection
-    walks and copies only the script's own), multiprocessing's authentication key and the
-    directory it records at import."""
-    gc.freeze()
-    process = sys.modules.get("multiprocessing.process")
-    if process is not None:
-        with contextlib.suppress(Exception):
-            process.current_process().authkey = os.urandom(32)
-            setattr(process, "ORIGINAL_DIR", os.path.abspath(cwd))  # noqa: B010
-
-
-def become_script(
-    request: Mapping[str, Any],
-    fds: Sequence[int],
-    dispositions: Mapping[int, Any],
-    initial_path: Sequence[str],
-) -> NoReturn:
-    """Run the request's script in this (just forked) process; never returns."""
-    try:
-        key = str(request["marker"])
-        marked = marker.write(key)  # first: a sweep must find this process from now on
-        os.setpgid(0, int(request["pgid"]))
-        restore_signals(dispositions)
-        _take_fds(fds)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # what Popen(close_fds=True) leaves
-        os.environ.clear()
-        os.environ.update(dict(request["env"]))
-        if not marked:
-            raise RuntimeError(f"could not write the job marker {JOB_MARKER}={key}")
-        os.chdir(str(request["cwd"]))
-        _reseed()
-        fresh_process_state(str(request["cwd"]))
-        size_thread_pools(BLAS_SETTERS, os.environ)
-        fresh_stdio()
-        before = list(sys.modules)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            sys.stderr.write("dask-slurm warm path: the script's process failed to start:\n")
-            import traceback
-
-            traceback.print_exc()
-            sys.stderr.flush()
-        os._exit(SETUP_FAILED)
-    code, interrupted = run_file(str(request["file"]), initial_path)
-    code = end_as_the_interpreter(code, before)
-    if interrupted:  # as the interpreter does: end by the signal itself
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(code & 0xFF)  # exit(code) of C: what the parent's wait sees

@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, Outbox, encode, hang_bounds
-from . import marker, member, script, snakemake_side
+from ..worker.warm_protocol import Inbox, Op, Outbox, encode, hang_bounds
+from . import marker, member, script, script_run, snakemake_side, thread_pools
 from .child import record_signals
 from .primed import run_server, settle_threads
 from .sources import Recorder
@@ -150,7 +150,7 @@ class Zygote:
         reason = reason or self.refused.get(key)
         if reason is not None:
             self.settle(task)
-            self.send({"op": "cold", "key": task, "reason": reason})
+            self.send({"op": Op.COLD, "key": task, "reason": reason})
             self.origins.pop(task, None)
             self.member_of.pop(task, None)  # cold, it is a process of its group job
             return
@@ -202,12 +202,12 @@ class Zygote:
         """Fork the script's process (:mod:`.script`); it reports ``started`` and
         ``exited`` to the job's process, or ``cold`` (then it runs it as before)."""
         task = str(request["key"])
-        pools = script.POOLS_REASON[0] if script.POOLS_REASON else None
+        pools = thread_pools.POOLS_REASON[0] if thread_pools.POOLS_REASON else None
         reason = script.why_zygote_cannot(request, self.base_env, script.INITIAL_PATH, pools)
         if reason is not None:
             self.settle(task)
             with contextlib.suppress(OSError):
-                origin.send({"op": "cold", "key": task, "reason": reason})
+                origin.send({"op": Op.COLD, "key": task, "reason": reason})
             return
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -216,13 +216,13 @@ class Zygote:
         if pid == 0:
             fds = self.fds.get(task, [])
             self.close_in_child(task)
-            script.become_script(request, fds, self.dispositions, script.INITIAL_PATH)
+            script_run.become_script(request, fds, self.dispositions, script.INITIAL_PATH)
         self.settle(task)
         with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
             os.setpgid(pid, int(request["pgid"]))
         self.scripts[pid] = (task, str(request["marker"]), origin)
         with contextlib.suppress(OSError):
-            origin.send({"op": "started", "key": task, "pid": pid})
+            origin.send({"op": Op.STARTED, "key": task, "pid": pid})
 
     def reap_scripts(self) -> None:
         """Scripts' processes that ended: their status to their job's process, their
@@ -243,10 +243,10 @@ class Zygote:
                 used = (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
                 self.members_used[job] = _together(self.members_used.get(job), used)
             with contextlib.suppress(OSError):  # that job's process is gone
-                origin.send({"op": "exited", "key": task, "status": code})
+                origin.send({"op": Op.EXITED, "key": task, "status": code})
 
     def to_server(self, server: ServerHandle, msg: dict[str, Any]) -> None:
-        fds = self.fds.get(str(msg.get("key")), []) if msg.get("op") == "run" else []
+        fds = self.fds.get(str(msg.get("key")), []) if msg.get("op") == Op.RUN else []
         with contextlib.suppress(OSError):  # a dead server's EOF settles its jobs
             if fds:
                 socket.send_fds(server.sock, [encode(msg)], fds)
@@ -262,24 +262,24 @@ class Zygote:
     def from_server(self, server: ServerHandle, msg: Mapping[str, Any]) -> None:
         op, task = msg.get("op"), str(msg.get("key"))
         server.primed, server.asked = True, None  # it answers
-        if op == "pong":
+        if op == Op.PONG:
             return
-        if op == "started":
+        if op == Op.STARTED:
             server.sent.discard(task)
             server.running.add(task)
             self.requests.pop(task, None)
             self.settle(task)
-            self.send({"op": "started", "key": task, "pid": msg.get("pid")})
-        elif op == "exited":
+            self.send({"op": Op.STARTED, "key": task, "pid": msg.get("pid")})
+        elif op == Op.EXITED:
             server.running.discard(task)
             usage = self.add_members(task, msg.get("usage"))
-            self.send({"op": "exited", "key": task, "status": msg.get("status"), "usage": usage})
+            self.send({"op": Op.EXITED, "key": task, "status": msg.get("status"), "usage": usage})
             self.origins.pop(task, None)
-        elif op == "unsupported":
+        elif op == Op.UNSUPPORTED:
             reason = str(msg.get("reason"))
             server.refusal = self.refused[server.key] = reason
             self.retire(server)
-        elif op == "stale":
+        elif op == Op.STALE:
             server.sent.discard(task)
             self.retire(server)
             if msg.get("path") is not None:
@@ -308,7 +308,7 @@ class Zygote:
             server.retired = True
             if self.by_key.get(server.key) == server.pid:
                 del self.by_key[server.key]
-            self.to_server(server, {"op": "retire"})
+            self.to_server(server, {"op": Op.RETIRE})
 
     def server_gone(self, server: ServerHandle) -> None:
         with contextlib.suppress(KeyError, ValueError):
@@ -323,12 +323,12 @@ class Zygote:
             self.requests.pop(task, None)
             self.settle(task)
             if server.refusal:  # refused before it forked anything: safe to run cold
-                self.send({"op": "cold", "key": task, "reason": server.refusal})
+                self.send({"op": Op.COLD, "key": task, "reason": server.refusal})
             else:  # it may have forked the job just before it died: lost, not cold
-                self.send({"op": "lost", "key": task, "reason": how})
+                self.send({"op": Op.LOST, "key": task, "reason": how})
             self.origins.pop(task, None)
         for task in sorted(server.running):
-            self.send({"op": "lost", "key": task, "reason": how})
+            self.send({"op": Op.LOST, "key": task, "reason": how})
             self.origins.pop(task, None)
         for task in (*server.sent, *server.running):
             self.member_of.pop(task, None)
@@ -355,7 +355,7 @@ class Zygote:
             if not server.primed or server.hung:
                 continue
             if server.asked is None:
-                sent = Outbox(server.sock).try_send({"op": "ping"})
+                sent = Outbox(server.sock).try_send({"op": Op.PING})
                 server.asked = now if sent != "broken" else now - bound
             if now - server.asked >= bound:
                 server.hung = (
@@ -427,14 +427,14 @@ class Zygote:
             member.close_fds(found.fds)
             return
         for msg in msgs:
-            if msg.get("op") == "script" and all(
+            if msg.get("op") == Op.SCRIPT and all(
                 k in msg for k in ("key", "marker", "file", "env", "cwd", "pgid")
             ):
                 wanted = int(msg.get("fds") or 0)
                 self.fds[str(msg["key"])], found.fds = found.fds[:wanted], found.fds[wanted:]
                 self.run_script(msg, found.outbox)
                 continue
-            if msg.get("op") != "run":
+            if msg.get("op") != Op.RUN:
                 continue
             if not all(k in msg for k in ("key", "argv", "env", "cwd")):
                 continue  # not a member's request
@@ -452,11 +452,11 @@ class Zygote:
         if not data:
             os._exit(0)  # the worker closed: its servers see this one go, and end
         for msg in inbox.feed(data):
-            if msg.get("op") == "run":
+            if msg.get("op") == Op.RUN:
                 self.run(msg)
-            elif msg.get("op") == "ping":
-                self.outbox.send({"op": "pong", "n": msg.get("n")})
-            elif msg.get("op") == "exit":
+            elif msg.get("op") == Op.PING:
+                self.outbox.send({"op": Op.PONG, "n": msg.get("n")})
+            elif msg.get("op") == Op.EXIT:
                 os._exit(0)
 
     def read_server(self, server: ServerHandle) -> None:
@@ -531,9 +531,9 @@ def main(argv: list[str] | None = None) -> None:
             )
     except Exception as e:
         reason = str(e) if isinstance(e, snakemake_side.Unsupported) else f"{type(e).__name__}: {e}"
-        outbox.send({"op": "failed", "reason": reason})
+        outbox.send({"op": Op.FAILED, "reason": reason})
         return
-    outbox.send({"op": "ready", "pid": os.getpid(), "seconds": time.monotonic() - began})
+    outbox.send({"op": Op.READY, "pid": os.getpid(), "seconds": time.monotonic() - began})
     Zygote(sock, nargs, dispositions).serve()
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .proctree import JOB_MARKER, describe_exit
-from .warm_protocol import SLOT_VARIABLE, Inbox, Outbox, hang_bounds, receive, slot_value
+from .warm_protocol import SLOT_VARIABLE, Inbox, Op, Outbox, hang_bounds, receive, slot_value
 from .wire import TaskSpec
 
 ZYGOTE_MODULE = "snakemake_executor_plugin_dask_slurm.warm.zygote"
@@ -152,7 +152,7 @@ class _Zygote:
                 return pending
             self.pending[spec.key] = pending
         msg = {
-            "op": "run",
+            "op": Op.RUN,
             "key": spec.key,
             "argv": list(spec.warm.argv),
             "env": [list(pair) for pair in (*spec.env, *spec.warm.exports)],
@@ -193,7 +193,7 @@ class _Zygote:
             self._heard.clear()
             n += 1
             asked = time.monotonic()
-            sent = self.outbox.try_send({"op": "ping", "n": n})
+            sent = self.outbox.try_send({"op": Op.PING, "n": n})
             if sent == "broken":
                 self._kill_hung("could not be asked whether it still answers")
                 return
@@ -223,23 +223,23 @@ class _Zygote:
         op, key = msg.get("op"), str(msg.get("key"))
         self._heard.set()
         with self._lock:
-            if op == "ready":
+            if op == Op.READY:
                 self.ready = True
-            elif op == "failed":
+            elif op == Op.FAILED:
                 self.failed = f"the warm process could not start: {msg.get('reason')}"
-            elif op == "started":
+            elif op == Op.STARTED:
                 pending = self.pending.pop(key, None)
                 proc = WarmProc(key, int(msg["pid"]))
                 self.running[key] = proc
                 if pending is not None:
                     pending.resolve(proc)
-            elif op == "cold":
+            elif op == Op.COLD:
                 pending = self.pending.pop(key, None)
                 if pending is not None:
                     pending.resolve(str(msg.get("reason")))
-            elif op == "lost" and key in self.pending:  # it may have started: never cold
+            elif op == Op.LOST and key in self.pending:  # it may have started: never cold
                 self.pending.pop(key).resolve(_lost(key, str(msg.get("reason"))))
-            elif op in ("exited", "lost"):
+            elif op in (Op.EXITED, Op.LOST):
                 found = self.running.pop(key, None)
                 if found is not None:
                     status = msg.get("status")
@@ -247,8 +247,8 @@ class _Zygote:
                     if isinstance(usage, list | tuple) and len(usage) == 3:
                         found.cpu, found.maxrss_kb, found.floor_kb = usage
                     found._finish(
-                        int(status) if op == "exited" and isinstance(status, int) else None,
-                        None if op == "exited" else str(msg.get("reason")),
+                        int(status) if op == Op.EXITED and isinstance(status, int) else None,
+                        None if op == Op.EXITED else str(msg.get("reason")),
                     )
 
     def _gone(self) -> None:
@@ -273,7 +273,7 @@ class _Zygote:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
-            self.outbox.send({"op": "exit"})
+            self.outbox.send({"op": Op.EXIT})
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 

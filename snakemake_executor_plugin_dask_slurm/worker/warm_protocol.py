@@ -25,6 +25,16 @@ Warm process -> worker:
 - ``{"op": "pong", "n"}``: the answer to a ``ping``.
 
 The zygote asks each primed server the same (``ping``/``pong``) once it has primed.
+
+Between the zygote and a primed server (warm/primed.py): ``run`` and ``ping`` as above, and
+``retire`` (fork no more, exit when the running jobs end); the server answers ``started``,
+``exited`` (with the job's ``usage``), ``pong``, ``stale`` (``key``, ``path``: a file the
+parse read has changed: the job goes to a new server) and ``unsupported`` (``reason``: this
+job command cannot be primed: its jobs go cold). A warm job's process asks the zygote for
+``script`` (a Python script's process, forked from it: warm/script.py), and a group's
+warm process for ``run`` of a member (warm/member.py), over the zygote's abstract socket.
+
+Every operation is one member of :class:`Op`; the wire carries its string.
 """
 
 from __future__ import annotations
@@ -34,7 +44,28 @@ import socket
 import struct
 import threading
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
+
+
+class Op(StrEnum):
+    """The operation of a warm-protocol message (its ``"op"``; see the module docstring)."""
+
+    RUN = "run"  # run one job (worker -> zygote -> primed server; a group's member)
+    EXIT = "exit"  # the worker is closing
+    PING = "ping"  # do you still answer? (worker -> zygote, zygote -> primed server)
+    PONG = "pong"  # the answer to a ping
+    READY = "ready"  # the zygote has started
+    FAILED = "failed"  # the zygote could not start
+    STARTED = "started"  # the job's process runs
+    EXITED = "exited"  # it ended
+    COLD = "cold"  # it was not started: run it the cold way
+    LOST = "lost"  # the warm process that ran it died
+    RETIRE = "retire"  # a primed server: fork no more, exit when its jobs end
+    SCRIPT = "script"  # a warm job's Python script: fork its process from the zygote
+    UNSUPPORTED = "unsupported"  # a primed server cannot parse this job command
+    STALE = "stale"  # a file the server's parse read has changed
+
 
 #: The warm process's placeholder for the job marker of a forked job's process: an
 #: environment item of fixed size that the job's process overwrites (warm/marker.py).

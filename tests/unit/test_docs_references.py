@@ -193,3 +193,18 @@ def test_the_catalog_page_tells_of_the_warm_path_and_the_usage_report() -> None:
     assert "**usage" in intro and "--dask-slurm-no-usage-report" in intro
     for name in (write.JOBS_FILE, write.RULES_FILE, write.PAGE_FILE, write.PROFILE_FILE):
         assert f"`{name}`" in intro, name
+
+
+def test_the_architecture_names_the_modules_the_layering_test_lets_start_processes() -> None:
+    """docs/architecture.md, "Rules the tests enforce", lists the modules that may import
+    ``subprocess``: exactly those of tests/component/test_layering.py."""
+    from tests.component.test_layering import SUBPROCESS_USERS
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text[text.index("### Rules the tests enforce") :]
+    section = " ".join(section[: section.index("\n#", 1)].split())
+    listed = section[section.index("a module other than these") :].split(";", 1)[0]
+    named = set(re.findall(r"`([\w/]+\.py)`", listed))
+    assert named == SUBPROCESS_USERS, (named ^ SUBPROCESS_USERS, listed)
+    words = {1: "one", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    assert f"these {words.get(len(named), len(named))} imports" in listed

@@ -396,7 +396,7 @@ def test_a_script_run_warm_ends_as_the_interpreter_would(tmp_path: Path) -> None
     without the runner's frame, __main__ and argv (as ``python FILE``)."""
     import sys
 
-    from snakemake_executor_plugin_dask_slurm.warm.script import fresh_stdio, run_file
+    from snakemake_executor_plugin_dask_slurm.warm.script_run import fresh_stdio, run_file
 
     cases = {
         "import sys\nsys.exit(3)\n": (3, ""),
@@ -448,7 +448,7 @@ def test_a_warm_scripts_openblas_pool_is_sized_as_a_fresh_interpreter_would() ->
     """OpenBLAS's own rule (blas_get_cpu_number): OPENBLAS_NUM_THREADS, else
     GOTO_NUM_THREADS, else OMP_NUM_THREADS, the first positive one (atoi), at most the
     usable CPUs; none: every CPU."""
-    from snakemake_executor_plugin_dask_slurm.warm.script import openblas_threads
+    from snakemake_executor_plugin_dask_slurm.warm.thread_pools import openblas_threads
 
     cases = [
         ({}, 8, 8),
@@ -466,7 +466,7 @@ def test_a_warm_scripts_openblas_pool_is_sized_as_a_fresh_interpreter_would() ->
 
 
 def test_which_thread_pools_a_warm_script_can_have_resized() -> None:
-    from snakemake_executor_plugin_dask_slurm.warm.script import (
+    from snakemake_executor_plugin_dask_slurm.warm.thread_pools import (
         loaded_libraries,
         thread_pool_libraries,
     )
@@ -510,10 +510,8 @@ def test_a_warm_script_ends_as_the_interpreter_would() -> None:
     import io
     import sys
 
-    from snakemake_executor_plugin_dask_slurm.warm.script import (
-        clear_globals,
-        flush_std_streams,
-    )
+    from snakemake_executor_plugin_dask_slurm.warm.child import flush_std_streams
+    from snakemake_executor_plugin_dask_slurm.warm.script_run import clear_globals
 
     cleared: list[str] = []
 
@@ -543,4 +541,5 @@ def test_a_warm_script_ends_as_the_interpreter_would() -> None:
             full.close()
     assert not ok
     assert "Exception ignored in" in said.getvalue() and "No space left" in said.getvalue()
+    assert "Traceback" not in said.getvalue()  # as the interpreter prints it: no frames
     assert flush_std_streams()  # the test's own streams flush
