@@ -2,14 +2,18 @@ from __future__ import annotations
 
 from snakemake.deployment.env_modules import EnvModules
 
+from snakemake_executor_plugin_dask_slurm.dispatch.direct_command import (
+    shell_argv,
+    thread_environment,
+)
 from snakemake_executor_plugin_dask_slurm.dispatch.group_runner import MODULE as GROUP_RUNNER
 from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import (
     GENERAL_SHELL,
     general_argv,
-    shell_argv,
-    shell_wrapper,
-    thread_environment,
     with_group_runner,
+)
+from snakemake_executor_plugin_dask_slurm.snakemake_internals.shell import (
+    wrapper as shell_wrapper,
 )
 
 
