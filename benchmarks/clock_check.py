@@ -20,9 +20,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock, RunControls
-from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
-from snakemake_executor_plugin_dask_slurm.dispatch.placement import Placement
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.allocation import (
+    AllocationClock,
+    RunControls,
+)
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.placement import Placement
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.policy import AllocationEnd
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRegistry
 from snakemake_executor_plugin_dask_slurm.worker.clock import plan_runway
 

@@ -16,8 +16,8 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from ..report.messages import job_label
 from .admission import Capacity, admit, capped_message, job_request, unsatisfiable_message
+from .clock.placement import Placement
 from .job_commands import JobCommandBuilder
-from .placement import Placement
 from .registry import JobRecord, Refusal
 
 
@@ -32,7 +32,7 @@ class Intake:
     #: Logs one line (a rule whose requests were capped, once per rule).
     note: Callable[[str], None]
     #: Placement by time (the allocation's clock, the workers' runway); None when no
-    #: worker of the run has a time limit (see :class:`.placement.Placement`).
+    #: worker of the run has a time limit (see :class:`.clock.placement.Placement`).
     placement: Placement | None = None
     _capped_rules: set[str] = field(default_factory=set)
 

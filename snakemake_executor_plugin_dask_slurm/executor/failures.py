@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clusters.base import ClusterSource
+from ..dispatch.clock.placement import Placement
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.health import NoWorkers
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
-from ..dispatch.placement import Placement
 from ..dispatch.recovery import Gone, Recovery, decide
 from ..dispatch.registry import (
     HandedOver,

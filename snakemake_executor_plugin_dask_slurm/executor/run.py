@@ -17,18 +17,18 @@ from ..clusters.base import ClusterSource, started_lines, worker_offers
 from ..clusters.run_dir import RunFiles
 from ..config import RunConfig
 from ..dispatch.admission import Capacity
+from ..dispatch.clock.allocation import AllocationClock, RunControls
+from ..dispatch.clock.placement import Placement
+from ..dispatch.clock.worker_jobs import WorkerJobLanding
 from ..dispatch.cold_ways import ColdWays
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.intake import Intake
 from ..dispatch.job_commands import JobCommandBuilder
-from ..dispatch.landing import AllocationClock, RunControls
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import WorkerRef
-from ..dispatch.placement import Placement
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given
 from ..dispatch.usage_listener import usage_listener
-from ..dispatch.worker_landing import WorkerJobLanding
 from ..report.hints import run_speed_hint
 from ..worker import timing
 from . import signals

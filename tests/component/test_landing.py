@@ -10,8 +10,11 @@ import time
 
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
-from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock, RunControls
-from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.allocation import (
+    AllocationClock,
+    RunControls,
+)
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.policy import AllocationEnd
 from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRecord, JobRegistry
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec

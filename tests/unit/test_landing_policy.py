@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import (
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.policy import (
     MIN_SAMPLES,
     AllocationEnd,
     Durations,

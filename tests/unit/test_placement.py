@@ -1,5 +1,5 @@
-"""Placement by time (dispatch/placement.py) and a worker job's landing
-(dispatch/worker_landing.py), on a real registry: which jobs are refused and what they
+"""Placement by time (dispatch/clock/placement.py) and a worker job's landing
+(dispatch/clock/worker_jobs.py), on a real registry: which jobs are refused and what they
 ask Dask for; what a job handed over again asks; which jobs a landing moves, stops or lets
 go on, and what is expected of a stopped one."""
 
@@ -10,11 +10,14 @@ import time
 import pytest
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
-from snakemake_executor_plugin_dask_slurm.dispatch.landing import AllocationClock, RunControls
-from snakemake_executor_plugin_dask_slurm.dispatch.landing_policy import AllocationEnd
-from snakemake_executor_plugin_dask_slurm.dispatch.placement import Placement
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.allocation import (
+    AllocationClock,
+    RunControls,
+)
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.placement import Placement
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.policy import AllocationEnd
+from snakemake_executor_plugin_dask_slurm.dispatch.clock.worker_jobs import WorkerJobLanding
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRecord, JobRegistry
-from snakemake_executor_plugin_dask_slurm.dispatch.worker_landing import WorkerJobLanding
 from snakemake_executor_plugin_dask_slurm.worker.clock import Runway, plan_runway
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 from tests.fakes import FakeJob

@@ -138,7 +138,7 @@ class Action(enum.Enum):
 
 class Landings(Protocol):
     """What the run does with the jobs on a landing worker job's workers (the dispatch
-    side: :class:`...dispatch.worker_landing.WorkerJobLanding`)."""
+    side: :class:`...dispatch.clock.worker_jobs.WorkerJobLanding`)."""
 
     def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
         """Move what has not started, stop what cannot finish by ``hard_stop``: (going

@@ -1,7 +1,7 @@
 """The thread that watches the allocation's clock: it wakes at the landing point, at the
 hard stop, to ask SLURM again how long is left, and at once on SIGUSR1; what to do then is
 the executor's (``land`` and ``hard_stop`` callbacks), the decisions are
-:mod:`.landing_policy`'s.
+:mod:`.policy`'s.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..report.messages import job_label
-from ..slurm.run import optional_command, scontrol_time_left
-from ..slurm.walltime import allocation_end
-from .landing_policy import (
+from ...report.messages import job_label
+from ...slurm.run import optional_command, scontrol_time_left
+from ...slurm.walltime import allocation_end
+from ..listeners import JobListener
+from ..outcomes import Finished
+from ..registry import JobRecord, JobRegistry, counts_by_rule
+from .policy import (
     AllocationEnd,
     Durations,
     Expected,
@@ -31,9 +34,6 @@ from .landing_policy import (
     scaled_margins,
     to_stop_at_landing,
 )
-from .listeners import JobListener
-from .outcomes import Finished
-from .registry import JobRecord, JobRegistry, counts_by_rule
 
 #: Seconds between two questions to SLURM about the time left (a changed time limit).
 REFRESH_SECONDS = 300.0
@@ -240,7 +240,7 @@ class AllocationClock(JobListener):
         self.too_long += 1
         return refusal_message(job_label(job), expected, now, clock)
 
-    # -- a listener of the run's jobs (.listeners.JobListener) -------------------------
+    # -- a listener of the run's jobs (..listeners.JobListener) -------------------------
 
     def handed_over(self, records: Sequence[JobRecord]) -> None:
         return None

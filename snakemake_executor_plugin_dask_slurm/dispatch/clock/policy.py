@@ -10,7 +10,7 @@ time, and the decisions compare it with when jobs were handed over.
 - **Placement**: a job goes only where ``now + expected + safety`` is before the landing
   point (the end minus the landing margin): a worker whose allocation ends sooner cannot
   hold it (the run's own check here; workers that end at different times, by the runway
-  of :mod:`..worker.clock`). A job of unknown duration goes anywhere (and counts as a risk
+  of :mod:`...worker.clock`). A job of unknown duration goes anywhere (and counts as a risk
   at landing).
 - **Landing**: at the landing point no new job starts; a running job whose expected end is
   before the hard stop (half the margin before the end) goes on, every other one is
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 # The allocation's end and its margins are every worker's too (worker/clock.py).
-from ..worker.clock import AllocationEnd as AllocationEnd
-from ..worker.clock import Runway
-from ..worker.clock import scaled_margins as scaled_margins
+from ...worker.clock import AllocationEnd as AllocationEnd
+from ...worker.clock import Runway
+from ...worker.clock import scaled_margins as scaled_margins
 
 #: Jobs of a rule that must have succeeded before their durations are trusted.
 MIN_SAMPLES = 3

@@ -1,8 +1,8 @@
-"""Where a job may go, by time: the run's own clock (:class:`.landing.AllocationClock`,
+"""Where a job may go, by time: the run's own clock (:class:`.allocation.AllocationClock`,
 inside an allocation with a time limit) and, when the run's workers end at different times
-(worker jobs with a time limit), the runway of :mod:`..worker.clock`.
+(worker jobs with a time limit), the runway of :mod:`...worker.clock`.
 
-On Snakemake's scheduling thread, per job (:class:`.intake.Intake`): :meth:`Placement.check`
+On Snakemake's scheduling thread, per job (:class:`..intake.Intake`): :meth:`Placement.check`
 says whether it may start at all and how long it is expected to take; then the job asks
 Dask for the runway point it needs (:meth:`Placement.runway_name`) and its task carries
 what it needs before a worker's landing point (:meth:`Placement.needs`), which the worker
@@ -18,19 +18,19 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..report.messages import job_label
-from ..worker.clock import Runway, is_runway, runway_request
-from .landing import AllocationClock
-from .landing_policy import (
+from ...report.messages import job_label
+from ...worker.clock import Runway, is_runway, runway_request
+from ..listeners import JobListener
+from ..outcomes import Finished
+from ..registry import JobRecord
+from .allocation import AllocationClock
+from .policy import (
     Durations,
     Expected,
     expected_duration,
     fits,
     worker_job_refusal,
 )
-from .listeners import JobListener
-from .outcomes import Finished
-from .registry import JobRecord
 
 
 class Placement(JobListener):

@@ -1,17 +1,17 @@
 """A worker job lands: what becomes of the jobs on its workers (the dispatch side; when it
-lands, and its workers' leaving, are the worker-job pool's, :mod:`..clusters.worker_jobs.pool`).
+lands, and its workers' leaving, are the worker-job pool's, :mod:`...clusters.worker_jobs.pool`).
 
 At the worker job's landing point the pool has taken its workers out of Dask's running set
 (nothing new is placed there) and asks the scheduler which tasks they hold; then
 :meth:`WorkerJobLanding.land`:
 
-- takes back at once what has not started (:meth:`.dispatcher.Dispatcher.withdraw`): each
-  goes to another worker (:attr:`.outcomes.Finished.too_late`, routed as a move, not a
+- takes back at once what has not started (:meth:`..dispatcher.Dispatcher.withdraw`): each
+  goes to another worker (:attr:`..outcomes.Finished.too_late`, routed as a move, not a
   failure: nothing ran);
 - of the started jobs, lets those expected to end before the worker job's hard stop go
   on, and stops the others now (unknown duration included): each then runs again
   elsewhere, its outputs removed first, counted neither as failed nor as lost with a worker
-  (:attr:`.routing.Route.RERUN`); it is expected from then on to take half again what it
+  (:attr:`..routing.Route.RERUN`); it is expected from then on to take half again what it
   ran, so it goes only where it can finish, or is refused with the numbers;
 - at the hard stop, :meth:`WorkerJobLanding.stop` stops whatever still runs there alike.
 """
@@ -21,12 +21,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from ..report.detail import detail
-from .dispatcher import Dispatcher
-from .landing_policy import Durations, Running, after_stop, stop_before
-from .listeners import JobListener
-from .outcomes import Finished
-from .registry import JobRecord, JobRegistry
+from ...report.detail import detail
+from ..dispatcher import Dispatcher
+from ..listeners import JobListener
+from ..outcomes import Finished
+from ..registry import JobRecord, JobRegistry
+from .policy import Durations, Running, after_stop, stop_before
 
 
 class WorkerJobLanding(JobListener):
