@@ -116,6 +116,44 @@ def interpreter_exit(code: int) -> int:
     return code if flush_std_streams() else FLUSH_FAILED
 
 
+def become_fresh(
+    key: str,
+    pgid: int,
+    dispositions: Mapping[int, Any],
+    env: Mapping[str, str],
+    cwd: str,
+    fds: Sequence[int] | None = None,
+    log: str | None = None,
+    close: Sequence[int] = (),
+    close_all: bool = False,
+) -> None:
+    """The first steps of every process forked for a job (a job's Snakemake here, a warm
+    script's in :mod:`.script_run`): its marker written first (a sweep must find it from
+    then on), its process group (``pgid``; 0: its own), the signal dispositions of a fresh
+    process, ``close`` closed, its stdin, stdout and stderr (``fds``: a spawning process's,
+    else ``log`` for both outputs and /dev/null), every other descriptor closed if
+    ``close_all`` (as ``Popen(close_fds=True)``), ``env`` as its whole environment, ``cwd``,
+    and random seeds of its own. Raises if the marker could not be written."""
+    marked = marker.write(key)
+    os.setpgid(0, pgid)
+    restore_signals(dispositions)
+    for fd in close:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    if fds:
+        _take_fds(fds)
+    else:
+        _redirect(str(log))
+    if close_all:
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    os.environ.clear()
+    os.environ.update(env)
+    if not marked:
+        raise RuntimeError(f"could not write the job marker {JOB_MARKER}={key}")
+    os.chdir(cwd)
+    _reseed()
+
+
 def become_job(
     request: Mapping[str, Any],
     close: Sequence[int],
@@ -130,26 +168,13 @@ def become_job(
     code = SETUP_FAILED
     try:
         key = str(request.get("marker") or request["key"])
-        marked = marker.write(key)  # first: a sweep must find this process from now on
-        os.setpgid(0, int(request.get("pgid") or 0))
-        restore_signals(dispositions)
-        for fd in close:
-            with contextlib.suppress(OSError):
-                os.close(fd)
         env = {} if request.get("full_env") else dict(base_env)
         env.update(dict(request["env"]))
         env[JOB_MARKER] = key
-        os.environ.clear()
-        os.environ.update(env)
-        fds = request.get("_fds")
-        if fds:
-            _take_fds(fds)
-        else:
-            _redirect(str(request["log"]))
-        if not marked:
-            raise RuntimeError(f"could not write the job marker {JOB_MARKER}={key}")
-        os.chdir(str(request["cwd"]))
-        _reseed()
+        become_fresh(
+            key, int(request.get("pgid") or 0), dispositions, env, str(request["cwd"]),
+            fds=request.get("_fds"), log=str(request.get("log")), close=close,
+        )  # fmt: skip
         if request.get("group"):
             from snakemake.shell import shell
 

@@ -16,9 +16,7 @@ from collections.abc import Mapping, Sequence
 from importlib.machinery import SourceFileLoader
 from typing import Any, NoReturn
 
-from ..worker.proctree import JOB_MARKER
-from . import marker
-from .child import SETUP_FAILED, _reseed, _take_fds, interpreter_exit, restore_signals
+from .child import SETUP_FAILED, become_fresh, interpreter_exit
 from .script import APPENDED_PATH
 from .thread_pools import BLAS_SETTERS, size_thread_pools
 
@@ -154,18 +152,10 @@ def become_script(
 ) -> NoReturn:
     """Run the request's script in this (just forked) process; never returns."""
     try:
-        key = str(request["marker"])
-        marked = marker.write(key)  # first: a sweep must find this process from now on
-        os.setpgid(0, int(request["pgid"]))
-        restore_signals(dispositions)
-        _take_fds(fds)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # what Popen(close_fds=True) leaves
-        os.environ.clear()
-        os.environ.update(dict(request["env"]))
-        if not marked:
-            raise RuntimeError(f"could not write the job marker {JOB_MARKER}={key}")
-        os.chdir(str(request["cwd"]))
-        _reseed()
+        become_fresh(
+            str(request["marker"]), int(request["pgid"]), dispositions, dict(request["env"]),
+            str(request["cwd"]), fds=fds, close_all=True,  # what Popen(close_fds=True) leaves
+        )  # fmt: skip
         fresh_process_state(str(request["cwd"]))
         size_thread_pools(BLAS_SETTERS, os.environ)
         fresh_stdio()
