@@ -16,6 +16,8 @@ make them unnecessary are in docs/upstream/, described in docs/further.md.
   reads it, not every scheduling round.
 - :mod:`.first_round`: the plugin's scheduling settings apply before Snakemake's first
   scheduling round, not from its second (:func:`before_first_round`).
+- :mod:`.greedy_selection`: the greedy job selector passes over the selectable jobs once
+  per round, not once per job it selects.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from . import first_round, prepare_inputs, remaining_jobs
+from . import first_round, greedy_selection, prepare_inputs, remaining_jobs
 from .fingerprint import digest
 from .first_round import before_first_round
 
@@ -69,7 +71,7 @@ class Fix:
         )
 
 
-FIXES = (Fix(prepare_inputs), Fix(remaining_jobs), Fix(first_round))
+FIXES = (Fix(prepare_inputs), Fix(remaining_jobs), Fix(first_round), Fix(greedy_selection))
 
 _lock = threading.Lock()
 _installed: dict[str, bool] = {}
