@@ -63,18 +63,24 @@ def _plain_reward(reward: Any) -> bool:
     )
 
 
+def _fits(weight: Sequence[int], left: Sequence[int]) -> bool:
+    return all(w <= b for w, b in zip(weight, left, strict=True))
+
+
 def select_in_reward_order(
     weights: Sequence[Sequence[int]], capacities: Sequence[int], rewards: Sequence[Any]
 ) -> list[bool]:
     """Which jobs the greedy heuristic selects when every job is one copy of plain
     non-negative integer weights and every reward a tuple: walk them by reward, highest
     first (ties: lowest index first, as ``max`` over the indices), taking each that fits."""
-    order = sorted(range(len(rewards)), key=rewards.__getitem__, reverse=True)  # stable
     left = list(capacities)
+    # Only jobs that fit now can ever be taken (capacities only shrink); ascending, so the
+    # stable sort keeps ties in index order.
+    fitting = [j for j, weight in enumerate(weights) if _fits(weight, left)]
     selected = [False] * len(rewards)
-    for j in order:
+    for j in sorted(fitting, key=rewards.__getitem__, reverse=True):
         weight = weights[j]
-        if all(w <= b for w, b in zip(weight, left, strict=True)):
+        if _fits(weight, left):
             selected[j] = True
             left = [b - w for b, w in zip(left, weight, strict=True)]
     return selected
