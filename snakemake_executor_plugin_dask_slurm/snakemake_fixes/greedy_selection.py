@@ -50,17 +50,21 @@ def targets() -> list[Callable[..., Any]]:
     ]
 
 
-def _plain_counts(values: Sequence[Any]) -> bool:
-    return all(type(v) is int and v >= 0 for v in values)
+def plain_weights(weights: Sequence[tuple[Any, ...]], capacities: Sequence[Any]) -> bool:
+    """Every weight and capacity a non-negative int (not a bool), every job asking for
+    something: the cases the one pass is written for."""
+    flat = [v for weight in weights for v in weight]
+    flat += capacities
+    return {type(v) for v in flat} <= {int} and min(flat, default=0) >= 0 and all(map(any, weights))
 
 
-def _plain_reward(reward: Any) -> bool:
-    """A tuple of ints and floats that compare as numbers do (no NaN)."""
-    return (
-        type(reward) is tuple
-        and bool(reward)
-        and all(type(v) is int or (type(v) is float and not math.isnan(v)) for v in reward)
-    )
+def plain_rewards(rewards: Sequence[Any]) -> bool:
+    """Every reward a non-empty tuple of ints and floats that compare as numbers do."""
+    if {type(r) for r in rewards} - {tuple} or not all(rewards):
+        return False
+    flat = [v for reward in rewards for v in reward]
+    kinds = {type(v) for v in flat}
+    return kinds <= {int, float} and (float not in kinds or not any(map(math.isnan, flat)))
 
 
 def _fits(weight: Sequence[int], left: Sequence[int]) -> bool:
@@ -68,21 +72,32 @@ def _fits(weight: Sequence[int], left: Sequence[int]) -> bool:
 
 
 def select_in_reward_order(
-    weights: Sequence[Sequence[int]], capacities: Sequence[int], rewards: Sequence[Any]
+    weights: Sequence[tuple[int, ...]], capacities: Sequence[int], rewards: Sequence[Any]
 ) -> list[bool]:
     """Which jobs the greedy heuristic selects when every job is one copy of plain
     non-negative integer weights and every reward a tuple: walk them by reward, highest
-    first (ties: lowest index first, as ``max`` over the indices), taking each that fits."""
+    first (ties: lowest index first, as ``max`` over the indices), taking each that fits.
+    Capacities only shrink, so a weight that did not fit once never fits again: jobs of
+    the same weight (a farm's) are then passed over at the cost of a set lookup."""
     left = list(capacities)
-    # Only jobs that fit now can ever be taken (capacities only shrink); ascending, so the
-    # stable sort keeps ties in index order.
-    fitting = [j for j, weight in enumerate(weights) if _fits(weight, left)]
+    never: set[tuple[int, ...]] = set()
+    fitting = []  # ascending: the stable sort keeps ties in index order
+    for j, weight in enumerate(weights):
+        if weight not in never:
+            if _fits(weight, left):
+                fitting.append(j)
+            else:
+                never.add(weight)
     selected = [False] * len(rewards)
     for j in sorted(fitting, key=rewards.__getitem__, reverse=True):
         weight = weights[j]
+        if weight in never:
+            continue
         if _fits(weight, left):
             selected[j] = True
             left = [b - w for b, w in zip(left, weight, strict=True)]
+        else:
+            never.add(weight)
     return selected
 
 
@@ -100,15 +115,12 @@ def replacement(select_jobs: Any) -> Any:
         args = (selectable_jobs, remaining_jobs, available_resources, input_sizes)
         if self.settings.greediness != 1 or self.settings.omit_prioritize_by_temp_and_input:
             return select_jobs(self, *args)
-        weights = [self.job_weight(job, available_resources) for job in selectable_jobs]
+        weights = [tuple(self.job_weight(job, available_resources)) for job in selectable_jobs]
         capacities = [available_resources[name] for name in available_resources]
-        plain = _plain_counts(capacities) and all(
-            _plain_counts(weight) and any(weight) for weight in weights
-        )
-        if not plain:  # Snakemake's own, which also raises where it would
-            return select_jobs(self, *args)
+        if not plain_weights(weights, capacities):  # Snakemake's own, which raises where
+            return select_jobs(self, *args)  # it would
         rewards = [self.job_reward(job, input_sizes) for job in selectable_jobs]
-        if not all(_plain_reward(reward) for reward in rewards):
+        if not plain_rewards(rewards):
             return select_jobs(self, *args)
         chosen = select_in_reward_order(weights, capacities, rewards)
         return [job for job, sel in zip(selectable_jobs, chosen, strict=True) if sel]
