@@ -14,6 +14,13 @@ say where the process spends CPU. Three views:
   post-processing of finished jobs, ...) and by *owner* (the package of the innermost
   frame: Snakemake, the plugin, Dask's client, ...);
 * the functions with the most inclusive samples in the main thread.
+
+With ``--jobs N --cpu-seconds S`` (the run's jobs and the Snakemake process's own user +
+system CPU, e.g. ``snakemake_cpu_seconds`` in results.json) it also prints the process's
+CPU per job by *category* (:data:`CATEGORIES`: job selection, ``Job.prepare``,
+persistence, the job's log record and progress line, the executor's ``run_jobs``,
+completion, ...), each split by the function below its anchor: every sample of every
+thread is one share of S, so py-spy's own slowing of the run drops out.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import argparse
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,12 +178,132 @@ def summarize(stacks: Sequence[Stack], top: int) -> str:
     return "\n".join(lines)
 
 
+Frames = tuple[str, ...]
+
+
+def _has(prefix: str) -> Callable[[Frames], int | None]:
+    """The index of the outermost frame starting with ``prefix``."""
+
+    def find(frames: Frames) -> int | None:
+        return next((i for i, f in enumerate(frames) if f.startswith(prefix)), None)
+
+    return find
+
+
+def _called_from(caller: str, callee: str) -> Callable[[Frames], int | None]:
+    """The index of a frame starting with ``callee`` right below one starting with
+    ``caller`` (a logging call made by that very function, say)."""
+
+    def find(frames: Frames) -> int | None:
+        for i in range(1, len(frames)):
+            if frames[i].startswith(callee) and frames[i - 1].startswith(caller):
+                return i
+        return None
+
+    return find
+
+
+SCHEDULE = "JobScheduler.schedule ("
+POSTPROCESS = "JobScheduler._finish_jobs.<locals>.postprocess ("
+FINISH_JOBS = "JobScheduler._finish_jobs ("
+#: (category, where its samples are found); the first that matches a main-thread stack
+#: wins, so the specific ones (persistence, logging, Job.prepare) come before the phases
+#: they happen in. Snakemake 9.27.1's functions; other threads are a category each.
+CATEGORIES: tuple[tuple[str, Callable[[Frames], int | None]], ...] = (
+    ("persistence: incomplete marker (at submission)", _has("PersistenceBase.started (")),
+    ("persistence: metadata record (at completion)", _has("PersistenceBase.finished (")),
+    ("Job.prepare (directories, existing outputs)", _has("Job.prepare (")),
+    ("Job.prepare (directories, existing outputs)", _has("replacements.<locals>.prepare_")),
+    ("log: the job's info record (run_job_pre)", _has("AbstractExecutor.run_job_pre (")),
+    ("log: progress line (Finished jobid, N of M)", _has("JobScheduler.progress (")),
+    ("log: progress line (Finished jobid, N of M)", _called_from(POSTPROCESS, "Logger.")),
+    ("log: scheduling round lines", _called_from(SCHEDULE, "Logger.")),
+    ("job selection", _has("JobScheduler.job_selector (")),
+    ("executor run_jobs (the plugin)", _has(f"Executor.run_jobs ({PLUGIN}")),
+    ("executor run_jobs (the plugin)", _has("AbstractExecutor.run_jobs (")),
+    ("completion (handle_job_success, postprocess, dag.finish)", _has(FINISH_JOBS)),
+    ("completion: errors (_error_jobs)", _has("JobScheduler._error_jobs (")),
+    ("scheduling round otherwise (ready jobs, resets, subsample)", _has(SCHEDULE)),
+    ("start-up: DAG, workflow", _has("Workflow.execute (")),
+    ("start-up: DAG, workflow", _has("args_to_api (")),
+)
+
+
+#: Frames that only pass a call on (the event loop Snakemake runs its coroutines in, the
+#: harness's wrapper): a category's split names the first frame below its anchor that is
+#: none of these.
+PASSING_ON = (
+    "Workflow.async_run (",
+    "Runner.run (",
+    "BaseEventLoop.",
+    "Handle._run (",
+    "Task.",
+    POSTPROCESS,
+    "_wrap_snakemake.",
+    FINISH_JOBS,
+    f"Executor._submit_chunk ({PLUGIN}",
+    "JobScheduler.job_selector.<locals>.run_selector (",
+    "replacement.<locals>.",
+)
+
+
+#: Innermost frames of a thread that waits (an event loop's ``epoll_wait``, a pool
+#: thread's queue) though py-spy, which guesses idleness, sampled it as active: not CPU.
+WAITING = ("EpollSelector.select (", "_worker (concurrent/futures/thread.py")
+WAITS = "(waiting: sampled as active by py-spy, not counted as CPU)"
+
+
+def category(stack: Stack) -> tuple[str, str]:
+    """(category, the function below its anchor) of a stack."""
+    if stack.frames and stack.frames[-1].startswith(WAITING):
+        return WAITS, ""
+    if stack.thread != "MainThread":
+        if stack.thread.startswith("thread ("):  # no name: the main thread as it exits
+            return "other (imports, exit, no Python frame)", ""
+        return f"thread: {stack.thread}", ""
+    for label, find in CATEGORIES:
+        index = find(stack.frames)
+        if index is not None:
+            below = [f for f in stack.frames[index + 1 :] if not f.startswith(PASSING_ON)]
+            return label, f"{function(below[0])} ({source(below[0])})" if below else "(itself)"
+    return "other (imports, exit, no Python frame)", ""
+
+
+def per_job(stacks: Sequence[Stack], jobs: int, cpu_seconds: float, sub: int = 6) -> str:
+    """CPU ms per job by category, every sample being an equal share of ``cpu_seconds``."""
+    cats: Counter[str] = Counter()
+    below: dict[str, Counter[str]] = {}
+    for s in stacks:
+        label, callee = category(s)
+        cats[label] += s.count
+        below.setdefault(label, Counter())[callee] += s.count
+    waiting = cats.pop(WAITS, 0)
+    total = cats.total() or 1
+    per_sample_ms = cpu_seconds * 1000 / total / jobs
+    lines = [
+        f"CPU per job: {cpu_seconds:.1f} CPU-s / {jobs} jobs = "
+        f"{cpu_seconds * 1000 / jobs:.3f} ms; {total} samples, "
+        f"one = {per_sample_ms * 1000:.2f} µs/job; {waiting} more samples waiting"
+    ]
+    for label, n in cats.most_common():
+        lines.append(f"  {n * per_sample_ms:7.3f} ms  {100 * n / total:5.1f} %  {label}")
+        for callee, m in below[label].most_common(sub):
+            if callee and m * per_sample_ms >= 0.005:
+                lines.append(f"      {m * per_sample_ms:7.3f} ms  {callee}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("profile", type=Path)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--jobs", type=int, help="the run's jobs: print CPU ms per job")
+    p.add_argument("--cpu-seconds", type=float, help="the Snakemake process's user + system")
     args = p.parse_args(argv)
-    print(summarize(parse(args.profile.read_text().splitlines()), args.top))
+    stacks = parse(args.profile.read_text().splitlines())
+    if args.jobs and args.cpu_seconds:
+        print(per_job(stacks, args.jobs, args.cpu_seconds), end="\n\n")
+    print(summarize(stacks, args.top))
     return 0
 
 

@@ -25,6 +25,7 @@ import snakemake.jobs
 from snakemake.jobs import Job
 
 from snakemake_executor_plugin_dask_slurm import snakemake_internals
+from snakemake_executor_plugin_dask_slurm.snakemake_internals import greedy as greedy_selection
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import guard as fingerprint
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import jobs as prepare_inputs
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import scheduler
@@ -295,9 +296,9 @@ def test_the_installed_snakemake_is_the_one_each_touch_was_written_for(touch: An
 
 def test_the_registry_holds_every_area_and_the_fixes_are_the_ones_installed() -> None:
     areas = {t.found.__module__.rsplit(".", 1)[-1] for t in snakemake_internals.TOUCHES}
-    assert areas >= {"scheduler", "jobs", "shell", "script", "cli", "local_executor"}
+    assert areas >= {"scheduler", "greedy", "jobs", "shell", "script", "cli", "local_executor"}
     names = [t.name for t in snakemake_internals.FIXES]
-    assert names == ["prepare_inputs", "remaining_jobs", "first_round"]
+    assert names == ["prepare_inputs", "remaining_jobs", "first_round", "greedy_selection"]
     assert len({t.name for t in snakemake_internals.TOUCHES}) == len(snakemake_internals.TOUCHES)
 
 
@@ -308,10 +309,17 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(prepare_inputs.PREPARE_INPUTS, "apply", lambda: applied.append("prepare"))
     monkeypatch.setattr(scheduler.REMAINING_JOBS, "apply", lambda: applied.append("remaining"))
     monkeypatch.setattr(scheduler.FIRST_ROUND, "apply", lambda: applied.append("first"))
+    greedy = greedy_selection.GREEDY_SELECTION
+    monkeypatch.setattr(greedy, "apply", lambda: applied.append("greedy"))
     lines: list[str] = []
     installed = snakemake_internals.install(lines.append)
-    assert installed == {"prepare_inputs": False, "remaining_jobs": True, "first_round": True}
-    assert applied == ["remaining", "first"]
+    assert installed == {
+        "prepare_inputs": False,
+        "remaining_jobs": True,
+        "first_round": True,
+        "greedy_selection": True,
+    }
+    assert applied == ["remaining", "first", "greedy"]
     assert lines == [
         "Snakemake's Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py) is "
         "not the code the plugin's fix was written for (Snakemake 9.27.1); Snakemake is "
@@ -319,7 +327,7 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
         "before it runs (about 9 minutes at 100,000 inputs)"
     ]
     assert snakemake_internals.install(lines.append) == installed  # once per process
-    assert applied == ["remaining", "first"] and len(lines) == 2  # said in each run's log
+    assert applied == ["remaining", "first", "greedy"] and len(lines) == 2  # in each log
 
 
 def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -461,3 +469,128 @@ def test_a_fingerprint_covers_what_its_fix_relies_on_only() -> None:
         )
         != scheduler.REMAINING_JOBS.fingerprint
     )
+
+
+class FakeFile(str):
+    """What the greedy selector reads of an input file: ``is_flagged("temp")``."""
+
+    temp = False
+
+    def is_flagged(self, flag: str) -> bool:
+        return flag == "temp" and self.temp
+
+
+class FakeSelectable:
+    """What it reads of a job: ``scheduler_resources``, ``priority``, ``input``."""
+
+    def __init__(self, resources: dict[str, Any], priority: Any, inputs: list[FakeFile]):
+        self.scheduler_resources = resources
+        self.priority = priority
+        self.input = inputs
+
+
+def greedy_pair(greediness: float = 1.0, omit: bool = False) -> tuple[Any, Any, Any]:
+    """A real greedy Scheduler, Snakemake's select_jobs and the fix's."""
+    import logging
+
+    from snakemake.scheduling.greedy import Scheduler, SchedulerSettings
+
+    settings = SchedulerSettings(greediness=greediness, omit_prioritize_by_temp_and_input=omit)
+    scheduler = Scheduler(None, settings, logging.getLogger("test"))
+    original = fingerprint.original(Scheduler.select_jobs)
+    return scheduler, original, greedy_selection.replacement(original)
+
+
+def outcome(select: Any, *args: Any) -> Any:
+    try:
+        return [id(job) for job in select(*args)]
+    except Exception as e:  # Snakemake's own raises on some inputs: so must the fix
+        return type(e)
+
+
+def random_case(rng: random.Random, odd: bool) -> tuple[Any, ...]:
+    """Selectable jobs (a set, as Snakemake passes them), capacities, input sizes; rewards
+    drawn from few values, so that ties are common. ``odd``: inputs the fast way declines
+    (floats, negatives, booleans, a job asking for nothing)."""
+    names = ["_cores", "_nodes", "_job_count", "mem_mb", "gpu"][: rng.randint(1, 5)]
+    capacity = {n: rng.choice([0, 1, 2, 3, 5, 8, 2**63 - 1]) for n in names}
+    files = [FakeFile(f"f{i}") for i in range(6)]
+    for f in files:
+        f.temp = rng.random() < 0.3
+    sizes = {f: rng.choice([None, 0, 10, 10**9]) for f in files}
+    jobs = set()
+    for _ in range(rng.randint(0, 30)):
+        resources = {n: rng.choice([0, 1, 1, 2, 3]) for n in names if rng.random() < 0.9}
+        if not any(resources.values()):
+            resources[names[0]] = 1
+        priority = rng.choice([0, 0, 1, 5, 2**63 - 1, 1.5])
+        jobs.add(FakeSelectable(resources, priority, rng.sample(files, rng.randint(0, 3))))
+    if odd:
+        victim = next(iter(jobs), None)
+        kind = rng.choice(["float", "negative", "bool", "nothing", "capacity", "nan"])
+        if kind == "capacity":
+            capacity[names[0]] = rng.choice([-1, 2.5, True])
+        elif victim is not None:
+            name = rng.choice(names)
+            values = {"float": 0.5, "negative": -1, "bool": True, "nan": 0}
+            if kind == "nothing":
+                victim.scheduler_resources = {}
+            elif kind == "nan":
+                victim.priority = float("nan")
+            else:
+                victim.scheduler_resources[name] = values[kind]
+    return jobs, capacity, sizes
+
+
+def test_the_greedy_selection_chooses_as_snakemakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 3,000 generated rounds (ties, temp and input sizes, full and empty capacities,
+    jobs that do not fit, and inputs the fix leaves to Snakemake), the same jobs in the same
+    order, or the same error, as Snakemake's own greedy selector."""
+    fast: list[int] = []
+    one_pass = greedy_selection.select_in_reward_order
+
+    def counted(*args: Any) -> list[bool]:
+        fast.append(1)
+        return one_pass(*args)
+
+    monkeypatch.setattr(greedy_selection, "select_in_reward_order", counted)
+    rng = random.Random(31)
+    pairs = [greedy_pair(), greedy_pair(0.5), greedy_pair(omit=True)]
+    selected = errors = 0
+    for case in range(3000):
+        scheduler, original, fixed = pairs[0] if case % 7 else pairs[1 + case % 2]
+        # not with greediness < 1: Snakemake's own loops forever on a negative capacity
+        odd = case % 5 == 0 and scheduler.settings.greediness == 1
+        jobs, capacity, sizes = random_case(rng, odd)
+        args = (scheduler, jobs, [], capacity, sizes)
+        expected = outcome(original, *args)
+        assert outcome(fixed, *args) == expected, (case, capacity)
+        selected += isinstance(expected, list) and 0 < len(expected) < len(jobs)
+        errors += not isinstance(expected, list)
+    assert len(fast) > 1500 and selected > 500 and errors > 0  # every kind was there
+
+
+def test_the_greedy_selection_of_real_jobs(dag_of: Any) -> None:
+    """Real jobs of a DAG (priorities, temp files, several threads) under a scheduler's
+    resources, budgets from none to all: Snakemake's choice."""
+    text = (
+        'rule all:\n    input: expand("c{i}.txt", i=range(12))\n'
+        'rule c:\n    input: "t{i}.txt"\n    output: "c{i}.txt"\n'
+        "    threads: lambda wildcards: 1 + int(wildcards.i) % 3\n"
+        "    priority: 2\n"
+        '    shell: "true"\n'
+        'rule t:\n    output: temp("t{i}.txt")\n    shell: "true"\n'
+    )
+    dag = dag_of(text, [], "greedy")
+    dag.update_priority()
+    jobs = {job for job in dag.jobs if job.rule.name in ("c", "t")}
+    sizes = {f: 10**6 * (1 + len(f)) for job in jobs for f in job.input}
+    scheduler, original, fixed = greedy_pair()
+    chose = set()
+    for cores in range(0, 30, 3):
+        for count in (0, 1, 4, 100):
+            resources = {"_cores": cores, "_nodes": 2**63 - 1, "_job_count": count}
+            expected = original(scheduler, jobs, [], resources, sizes)
+            assert fixed(scheduler, jobs, [], resources, sizes) == expected
+            chose.add(len(expected))
+    assert len(chose) > 5
