@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..report.usage import Ended, Handover, RunFacts, UsageCollector, handover_from_job
+from ..worker import timing
 from .listeners import JobListener
 from .outcomes import Finished
 from .registry import JobRecord
@@ -120,7 +121,10 @@ class UsageListener(JobListener):
         )  # fmt: skip
 
         def write() -> None:
+            began = time.time()
             self._lines = self.collector.write_run(place.root, place.token, run)
+            if timing.ON:
+                timing.record("usage_report", began, time.time())
 
         self._writer = threading.Thread(target=write, name="dask-slurm-usage", daemon=True)
         self._writer.start()
