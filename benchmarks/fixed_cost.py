@@ -24,9 +24,11 @@ cluster's start (``cluster_start``), the usage report (``usage_report``), the cl
 close (``cluster_close``), ``shutdown()`` and what follows it to the exit.
 
 ``--jobs N``: N independent `shell:` jobs instead of one (``--jobs 1000``: the end of a
-1,000-job run). Prints every run's line with the load average, then the medians per way
-and the median of the paired differences against ``local``. Asserts nothing; exits 0
-whatever the figures are.
+1,000-job run). ``--base DIR``: an A/B run: every plugin way runs a second time, named
+``<way>@base``, with ``PYTHONPATH=DIR`` (a checkout of another commit, e.g. ``git archive
+main | tar -x -C DIR``), interleaved with the rest. Prints every run's line with the load
+average, then the medians per way and the median of the paired differences against
+``local``. Asserts nothing; exits 0 whatever the figures are.
 """
 
 from __future__ import annotations
@@ -120,13 +122,16 @@ def plugin_phases(events: Path, launched: float, exited: float) -> dict[str, flo
     return phases
 
 
-def one_run(way: str, jobs: int) -> Run:
+def one_run(way: str, jobs: int, base: str | None = None) -> Run:
+    """One run of ``way``; with ``base``, that checkout's plugin (``PYTHONPATH``)."""
     where = Path(tempfile.mkdtemp(prefix=f"fixed-cost-{way}-"))
     try:
         (where / "Snakefile").write_text(SNAKEFILE.format(n=jobs))
         events = where / "events.tsv"
         env = dict(os.environ)
         env.pop(EVENTS_ENV, None)
+        if base is not None:
+            env["PYTHONPATH"] = base
         if way != "local":
             env[EVENTS_ENV] = str(events)
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -145,7 +150,7 @@ def one_run(way: str, jobs: int) -> Run:
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         starts = [float(p.read_text()) for p in (where / "out").iterdir()]
         return Run(
-            way,
+            way if base is None else f"{way}@base",
             wall,
             cpu,
             min(starts) - launched,
@@ -194,17 +199,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ways", default="local,plugin,no-report,bare")
     parser.add_argument("--jobs", type=int, default=1, help="independent shell: jobs")
+    parser.add_argument("--base", help="A/B: also run every plugin way with PYTHONPATH=BASE")
     args = parser.parse_args()
     ways = args.ways.split(",")
     unknown = sorted(set(ways) - set(WAYS))
     if unknown:
         parser.error(f"unknown way(s) {', '.join(unknown)}; valid: {', '.join(WAYS)}")
+    plan: list[tuple[str, str | None]] = [(way, None) for way in ways]
+    if args.base:
+        plan += [(way, str(Path(args.base).resolve())) for way in ways if way != "local"]
     runs = []
     for _ in range(args.repeats):
-        for way in ways:
-            runs.append(one_run(way, args.jobs))
+        for way, base in plan:
+            runs.append(one_run(way, args.jobs, base))
             print(line(runs[-1]), flush=True)
-    summary(runs, ways)
+    summary(runs, [way if base is None else f"{way}@base" for way, base in plan])
 
 
 if __name__ == "__main__":

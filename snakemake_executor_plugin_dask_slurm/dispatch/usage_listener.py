@@ -57,7 +57,9 @@ def usage_listener(
     if root is None:
         return None
     place = ReportPlace(root, token, mode, time.time(), say)
-    return UsageListener(UsageCollector(), stop_reason, env.get("SLURM_JOB_ID", ""), place)
+    listener = UsageListener(UsageCollector(), stop_reason, env.get("SLURM_JOB_ID", ""), place)
+    listener.prepare_page()
+    return listener
 
 
 def ended_from(finished: Finished, stop: str | None = None) -> Ended:
@@ -107,7 +109,20 @@ class UsageListener(JobListener):
         self.slurm_job = slurm_job
         self.report = report
         self._writer: threading.Thread | None = None
+        self._preparing: threading.Thread | None = None
         self._lines: list[str] = []
+
+    def prepare_page(self) -> None:
+        """Import Bokeh on a thread of its own while the jobs run, so that the page at the
+        end costs only its building (:func:`..report.usage.page.warm_up`)."""
+        if self.report is None or self._preparing is not None:
+            return
+        from ..report.usage.page import warm_up
+
+        self._preparing = threading.Thread(
+            target=warm_up, name="dask-slurm-usage-prepare", daemon=True
+        )
+        self._preparing.start()
 
     def run_ending(self, command: str) -> None:
         """Write the report on a thread of its own while the cluster closes (the page is
@@ -120,7 +135,11 @@ class UsageListener(JobListener):
             self._stop_reason() or "",
         )  # fmt: skip
 
+        preparing = self._preparing
+
         def write() -> None:
+            if preparing is not None:  # a run shorter than Bokeh's import
+                preparing.join(WRITE_TIMEOUT)
             began = time.time()
             self._lines = self.collector.write_run(place.root, place.token, run)
             if timing.ON:

@@ -15,6 +15,7 @@ anyway); failed, lost, stopped and rerun attempts are always drawn one by one.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import html
 import json
@@ -105,6 +106,18 @@ def page_html(
         f"dask-slurm usage report, {time.strftime('%Y-%m-%d %H:%M', time.localtime(run.started))}"
     )
     return file_html(doc, INLINE, title, template=template, template_variables={"base": FILE})
+
+
+def warm_up() -> None:
+    """Import Bokeh (what the page needs of it), on a thread while the run's jobs run, so
+    that the page at the end costs only its building (docs/architecture.md, "The usage
+    report"). Never raises: the page at the end says what went wrong, if anything."""
+    with contextlib.suppress(Exception):
+        import bokeh.core.templates
+        import bokeh.embed
+        import bokeh.models
+        import bokeh.plotting
+        import bokeh.resources  # noqa: F401
 
 
 # -- the data ---------------------------------------------------------------------------
