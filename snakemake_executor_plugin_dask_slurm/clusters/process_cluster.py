@@ -37,6 +37,8 @@ STOP_TIMEOUT = 5.0
 #: SIGTERM that reaches a worker while it is closing can hang its exit (distributed 2026.8
 #: cancels the close half-way), and it would then be killed only after STOP_TIMEOUT.
 RETIRED_EXIT_TIMEOUT = 2.0
+#: Seconds the close waits for the scheduler to say how many workers it still has.
+COUNT_TIMEOUT = 1.0
 
 
 class ProcessCluster(ClusterSource):
@@ -207,11 +209,16 @@ class ProcessCluster(ClusterSource):
         return all(p.status is not Status.running for p in self.workers)
 
     def _workers_left(self) -> bool:
-        """No worker is left at the scheduler (or every worker process has ended)."""
+        """No worker is left at the scheduler (or every worker process has ended). Asked
+        under a bound: a scheduler that stopped answering must not hold the close up."""
         if self._worker_processes_gone() or self.client is None:
             return True
+        client: Any = self.client
         try:
-            return worker_count(self.client) == 0
+            info = client.sync(
+                client.scheduler.identity, n_workers=0, callback_timeout=COUNT_TIMEOUT
+            )
+            return int(info["n_workers"]) == 0
         except Exception:  # the scheduler cannot say: wait for the processes instead
             return True
 
