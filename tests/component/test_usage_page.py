@@ -75,3 +75,15 @@ def test_bokeh_is_imported_while_the_jobs_run_and_the_page_written_at_the_end(
     assert "report.html" in done.stdout, done.stdout
     pages = list((tmp_path / "reports").glob("*-t0k3n/report.html"))
     assert len(pages) == 1 and pages[0].stat().st_size > 100_000, pages
+
+
+@pytest.mark.timeout(120)
+def test_the_page_leaves_bokehs_validation_setting_as_it_was(tmp_path: Path) -> None:
+    """The page is rendered with Bokeh's integrity checks off (page._without_validation);
+    Bokeh's setting is back to what it was (unset: Bokeh's default, on) afterwards."""
+    from bokeh.settings import settings
+
+    collector, run = feed(20)
+    collector.write(tmp_path / "report", run)
+    assert (tmp_path / "report" / "report.html").stat().st_size > 100_000
+    assert settings.perform_document_validation() is True
