@@ -23,6 +23,7 @@ The plugin's events (in the same file):
                                    waits for Snakemake's scheduler lock)
 ``shutdown t_enter t_exit``        the executor's ``shutdown()``
 ``cluster_close seconds``          the cluster source's own ``close()`` duration
+``usage_report t_start t_end``     the usage report written (its thread, at the run's end)
 
 With ``DASK_SLURM_BENCH_KEEP_EXIT_WAIT=1`` the executor's ``additional_general_args`` (a
 public hook of Snakemake's executor interface) is the base class's: no

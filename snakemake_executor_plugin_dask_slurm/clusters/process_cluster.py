@@ -37,6 +37,8 @@ STOP_TIMEOUT = 5.0
 #: SIGTERM that reaches a worker while it is closing can hang its exit (distributed 2026.8
 #: cancels the close half-way), and it would then be killed only after STOP_TIMEOUT.
 RETIRED_EXIT_TIMEOUT = 2.0
+#: Seconds the close waits for the scheduler to say how many workers it still has.
+COUNT_TIMEOUT = 1.0
 
 
 class ProcessCluster(ClusterSource):
@@ -179,26 +181,46 @@ class ProcessCluster(ClusterSource):
         )
 
     def close(self) -> None:
+        """Tear down with the waits overlapping: the workers are asked to close; once the
+        scheduler has none left (they have unregistered: what remains of their exit is
+        their own), the client closes and the scheduler is sent SIGTERM while the worker
+        processes exit; then whatever is still running is stopped."""
         started = time.monotonic()
         scheduler_up = self.client is not None and not self.scheduler_lost()
         retired = self._retire_workers() if scheduler_up else 0
         # Only when all were retired: a process whose worker never registered (start-up
         # failed) would not exit by itself.
+        deadline = Deadline(RETIRED_EXIT_TIMEOUT if retired >= self.expected_workers else 0.0)
         if retired >= self.expected_workers:
-            wait_until(
-                lambda: all(p.status is not Status.running for p in self.workers),
-                RETIRED_EXIT_TIMEOUT,
-                interval=0.02,
-            )
-        self.stop_workers()
+            wait_until(self._workers_left, deadline.remaining, interval=0.02)
         if self.client is not None:
             close_client(self.client, self.scheduler_lost())
             self.client = None
+        self.scheduler.terminate()  # its exit overlaps the workers'
+        wait_until(self._worker_processes_gone, deadline.remaining, interval=0.02)
+        self.stop_workers()
         self.scheduler.close(STOP_TIMEOUT)
         with contextlib.suppress(FileNotFoundError):
             self.scheduler_file.unlink()
         self.security.close()
         self.teardown_seconds = time.monotonic() - started
+
+    def _worker_processes_gone(self) -> bool:
+        return all(p.status is not Status.running for p in self.workers)
+
+    def _workers_left(self) -> bool:
+        """No worker is left at the scheduler (or every worker process has ended). Asked
+        under a bound: a scheduler that stopped answering must not hold the close up."""
+        if self._worker_processes_gone() or self.client is None:
+            return True
+        client: Any = self.client
+        try:
+            info = client.sync(
+                client.scheduler.identity, n_workers=0, callback_timeout=COUNT_TIMEOUT
+            )
+            return int(info["n_workers"]) == 0
+        except Exception:  # the scheduler cannot say: wait for the processes instead
+            return True
 
     def _retire_workers(self) -> int:
         """Ask the scheduler to close every worker (through the plugin's scheduler

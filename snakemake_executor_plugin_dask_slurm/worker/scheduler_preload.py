@@ -39,6 +39,7 @@ import os
 import time
 from typing import Any
 
+from . import quick_exit
 from .clock import RUNWAY_PREFIX, point_of
 
 #: How often the scheduler checks on its owner, in milliseconds.
@@ -194,6 +195,7 @@ def balance_on_arrival(scheduler: Any) -> None:
 
 def dask_setup(scheduler: Any) -> None:
     scheduler.allowed_failures = 0
+    quick_exit.at_exit()  # the scheduler leaves at once after its close
     scheduler.handlers[CLOSE_WORKERS_HANDLER] = lambda: close_workers(scheduler)
     scheduler.handlers[LOAD_HANDLER] = lambda: load(scheduler)
     scheduler.handlers[RETIRE_IDLE_HANDLER] = lambda names: retire_idle(scheduler, names)

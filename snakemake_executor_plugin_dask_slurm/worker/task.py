@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import proctree, timing, warm_host
+from . import proctree, quick_exit, timing, warm_host
 from .clock import landing_from_env, late_words, too_late
 from .job_log import JobLog, copy_output, drain, make_log_dir
 from .logtail import read_tail
@@ -547,3 +547,4 @@ def _end_jobs_at_exit() -> None:
     _end_running_jobs(EXIT_GRACE_SECONDS)
     if _in_worker:  # adopted daemons too; never in Snakemake's own process
         proctree.kill_all_below(os.getpid(), timeout=1.0)
+        quick_exit.skip_final_collections()  # the worker leaves at once

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +45,45 @@ def test_the_page_renders_offline_without_a_javascript_error(tmp_path: Path) -> 
         colors = image.convert("RGB").getcolors(maxcolors=1 << 20) or []
     # A blank (or error) page has a handful of colours; the report's plots have hundreds.
     assert len(colors) > 100, f"{len(colors)} colours: the page looks blank"
+
+
+RUN = """
+import sys
+from pathlib import Path
+from snakemake_executor_plugin_dask_slurm.dispatch.usage_listener import usage_listener
+said = []
+listener = usage_listener(Path({root!r}), "t0k3n", "local", lambda: None, said.append, {{}})
+assert listener is not None and listener._preparing is not None
+listener._preparing.join(60)
+assert "bokeh.plotting" in sys.modules, "Bokeh was not imported while the run ran"
+listener.run_ending("snakemake")
+listener.run_ended("snakemake")
+print(said[-1])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_bokeh_is_imported_while_the_jobs_run_and_the_page_written_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """The run's usage listener imports Bokeh on a thread from its start (page.warm_up),
+    and the end of the run still writes the page before it says where it is."""
+    code = RUN.format(root=str(tmp_path / "reports"))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=100, check=True
+    )
+    assert "report.html" in done.stdout, done.stdout
+    pages = list((tmp_path / "reports").glob("*-t0k3n/report.html"))
+    assert len(pages) == 1 and pages[0].stat().st_size > 100_000, pages
+
+
+@pytest.mark.timeout(120)
+def test_the_page_leaves_bokehs_validation_setting_as_it_was(tmp_path: Path) -> None:
+    """The page is rendered with Bokeh's integrity checks off (page._without_validation);
+    Bokeh's setting is back to what it was (unset: Bokeh's default, on) afterwards."""
+    from bokeh.settings import settings
+
+    collector, run = feed(20)
+    collector.write(tmp_path / "report", run)
+    assert (tmp_path / "report" / "report.html").stat().st_size > 100_000
+    assert settings.perform_document_validation() is True

@@ -15,11 +15,12 @@ anyway); failed, lost, stopped and rerun attempts are always drawn one by one.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import html
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,37 @@ def page_html(
     title = (
         f"dask-slurm usage report, {time.strftime('%Y-%m-%d %H:%M', time.localtime(run.started))}"
     )
-    return file_html(doc, INLINE, title, template=template, template_variables={"base": FILE})
+    return _without_validation(
+        lambda: file_html(doc, INLINE, title, template=template, template_variables={"base": FILE})
+    )
+
+
+def _without_validation(render: Callable[[], str]) -> str:
+    """``render()`` with Bokeh's integrity checks off (its ``BOKEH_VALIDATE_DOC``
+    setting), then unset again (nothing else in Snakemake's process sets it): they only
+    log (and find nothing on this page), and walk every model once more: 15-25 % of the
+    page's CPU at the end of the run."""
+    from bokeh.settings import settings
+
+    setting = settings.perform_document_validation
+    setting.set_value(False)
+    try:
+        return render()
+    finally:
+        setting.unset_value()
+
+
+def warm_up() -> None:
+    """Import Bokeh (what the page needs of it), on a thread while the run's jobs run, so
+    that the page at the end costs only its building (docs/architecture.md, "The report
+    at the end of a run"). Never raises: the page at the end says what went wrong, if
+    anything."""
+    with contextlib.suppress(Exception):
+        import bokeh.core.templates
+        import bokeh.embed
+        import bokeh.models
+        import bokeh.plotting
+        import bokeh.resources  # noqa: F401
 
 
 # -- the data ---------------------------------------------------------------------------
