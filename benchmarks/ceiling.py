@@ -25,21 +25,18 @@ figures are.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from bare_cluster import bare_cluster
 from distributed import Client
 
 from snakemake_executor_plugin_dask_slurm.clusters.spec import QUIET_WORKER_ENV
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher
-from snakemake_executor_plugin_dask_slurm.worker import task
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
 
 VENV_BIN = Path(sys.executable).parent
@@ -103,37 +100,12 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=64)
     args = parser.parse_args()
     env = dict(os.environ, **dict(QUIET_WORKER_ENV))
-    with tempfile.TemporaryDirectory() as directory:
-        file = f"{directory}/scheduler.json"
-        dask = str(VENV_BIN / "dask")
-        null = subprocess.DEVNULL
-        sched = subprocess.Popen(
-            [dask, "scheduler", "--scheduler-file", file, "--port", "0", "--no-dashboard"],
-            stdout=null,
-            stderr=null,
-            process_group=0,
-        )
-        worker_argv = [dask, "worker", "--scheduler-file", file, "--nworkers", "1"]
-        worker_argv += ["--nthreads", str(args.threads), "--resources", f"cpus={args.threads}"]
-        worker_argv += ["--no-nanny", "--no-dashboard", "--preload", task.__name__]
-        worker_argv += ["--memory-limit", "0"]
-        worker = subprocess.Popen(worker_argv, env=env, stdout=null, stderr=null, process_group=0)
-        try:
-            with Client(scheduler_file=file, timeout=60) as client:
-                client.wait_for_workers(1, timeout=60)
-                time.sleep(2)
-                pids = {"this process": os.getpid(), "scheduler": sched.pid, "worker": worker.pid}
-                for n, inflight in enumerate(int(x) for x in args.inflight.split(",")):
-                    run(client, pids, args, inflight, f"r{n}")
-        finally:
-            for proc in (worker, sched):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=20)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    resources = ["--resources", f"cpus={args.threads}"]
+    with bare_cluster(args.threads, env, resources) as cluster:
+        pids = {"this process": os.getpid(), "scheduler": cluster.scheduler_pid}
+        pids["worker"] = cluster.worker_pid
+        for n, inflight in enumerate(int(x) for x in args.inflight.split(",")):
+            run(cluster.client, pids, args, inflight, f"r{n}")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bare_cluster import bare_cluster
 from distributed import Client
 
 from snakemake_executor_plugin_dask_slurm.worker import task
@@ -196,41 +197,10 @@ def main() -> None:
     env = dict(os.environ)
     if not args.dask_defaults:
         env.update(QUIET_WORKER_ENV)
-    with tempfile.TemporaryDirectory() as directory:
-        file = f"{directory}/scheduler.json"
-        dask = str(VENV_BIN / "dask")
-        sched = subprocess.Popen(
-            [dask, "scheduler", "--scheduler-file", file, "--port", "0", "--no-dashboard"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            process_group=0,
-        )
-        worker_argv = [dask, "worker", "--scheduler-file", file, "--nworkers", "1"]
-        worker_argv += ["--nthreads", str(max(counts)), "--no-nanny", "--no-dashboard"]
-        worker_argv += ["--preload", task.__name__, "--memory-limit", "0"]
-        worker = subprocess.Popen(
-            worker_argv,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            process_group=0,
-        )
-        try:
-            with Client(scheduler_file=file, timeout=60) as client:
-                client.wait_for_workers(1, timeout=60)
-                time.sleep(3)  # its start-up done
-                measure(worker.pid, "no job", args.window, args.strace)
-                for jobs in counts:
-                    run(client, worker.pid, jobs, args, directory)
-        finally:
-            for proc in (worker, sched):
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=20)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with bare_cluster(max(counts), env, settle=3.0) as cluster:  # its start-up done
+        measure(cluster.worker_pid, "no job", args.window, args.strace)
+        for jobs in counts:
+            run(cluster.client, cluster.worker_pid, jobs, args, cluster.directory)
 
 
 if __name__ == "__main__":
