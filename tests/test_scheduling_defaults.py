@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import VENV_BIN
+from tests.waiting import eventually, still_running
 
 pytestmark = pytest.mark.e2e
 
@@ -52,3 +53,49 @@ def test_a_rate_limit_the_user_chose_is_honoured(tmp_path: Path, no_leftovers: s
     assert "no job-rate limit" not in said, said
     assert "at most 10 job submissions per second" in said  # the hint names the user's cap
     assert took > (JOBS / 10) - 1, f"{took:.1f} s: the user's 10/1s limit was not honoured"
+
+
+WIDE = 12
+WAITING = (
+    f'rule all:\n    input: expand("out/{{i}}.txt", i=range({WIDE}))\n'
+    "rule wait:\n"
+    '    output: "out/{i}.txt"\n'
+    '    shell: "touch started/{wildcards.i}; while [ ! -e go ]; do sleep 0.05; done; '
+    'echo {wildcards.i} > {output}"\n'
+)
+
+
+def test_a_farm_wider_than_the_subsample_starts_before_any_job_ends(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """12 slots, a subsample of 4, 12 jobs that end only once all have started: Snakemake
+    9.27.1 starts 4 and waits for one of them to end (it never would); the plugin's rounds
+    (snakemake_internals/rounds.py) start all 12, and the run's rounds stay few."""
+    (tmp_path / "Snakefile").write_text(WAITING)
+    (tmp_path / "started").mkdir()
+    env = dict(os.environ, DASK_SLURM_TEST_TOKEN=no_leftovers)
+    env.pop("SLURM_JOB_ID", None)
+    log = tmp_path / "snakemake.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", str(WIDE),
+             "--scheduler-subsample", "4", "--dask-slurm-cpus", str(WIDE),
+             "--dask-slurm-no-usage-report"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        eventually(
+            f"all {WIDE} jobs running at once",
+            lambda: len(list((tmp_path / "started").iterdir())) == WIDE,
+            timeout=60,
+            check=still_running(proc, log.read_text),
+        )
+        (tmp_path / "go").touch()
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    for i in range(WIDE):
+        assert (tmp_path / "out" / f"{i}.txt").read_text() == f"{i}\n"
+    said = log.read_text()
+    assert said.count("Select jobs to execute") <= 4, said  # three full rounds, one empty

@@ -125,14 +125,14 @@ def tune_job_scheduler(
         scheduler = getattr(workflow, "scheduler", None)
     if scheduler is None:
         return given, None
-    if change:
-        apply_to_job_scheduler(scheduler, change)
+    apply_to_job_scheduler(scheduler, change)  # also when nothing changes: the rounds
     return change.effective(given), change.describe(given) if change else None
 
 
 def apply_to_job_scheduler(scheduler: Any, change: Plan) -> None:
     """Apply ``change`` to Snakemake's ``JobScheduler`` (its internals: the one room's
-    :func:`..snakemake_internals.scheduler.tune`, pinned there)."""
+    :func:`..snakemake_internals.scheduler.tune`, pinned there), whose rounds are
+    coalesced whatever the user chose (:mod:`..snakemake_internals.rounds`)."""
     tune(scheduler, change.lift_rate_limit, change.subsample, change.scheduler == "greedy")
 
 

@@ -9,6 +9,8 @@ Snakemake's own functions.
 
 - :mod:`.scheduler` — ``JobScheduler``: the remaining-jobs list made only when read, a
   call before the first scheduling round, the plugin's scheduling settings set on it.
+- :mod:`.rounds` — ``JobScheduler``'s rounds: one after a burst of completions, one more
+  while a round's whole subsample fits.
 - :mod:`.greedy` — the greedy job selector: one pass in reward order per round, not one
   per job it selects.
 - :mod:`.jobs` — ``Job.prepare``: a job with N inputs prepared in time linear in N.
@@ -34,7 +36,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from . import cli, deployment, greedy, jobs, local_executor, scheduler, script, shell
+from . import cli, deployment, greedy, jobs, local_executor, rounds, scheduler, script, shell
 from .guard import Touch
 from .scheduler import before_first_round
 
@@ -44,6 +46,7 @@ __all__ = ["FIXES", "TOUCHES", "Touch", "before_first_round", "install"]
 TOUCHES: tuple[Touch, ...] = (
     *jobs.TOUCHES,
     *scheduler.TOUCHES,
+    *rounds.TOUCHES,
     *greedy.TOUCHES,
     *shell.TOUCHES,
     *script.TOUCHES,

@@ -39,6 +39,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, overload
 
+from . import rounds
 from .guard import Touch, digest_texts, lines_naming, mark, nested_block, present, source_of
 
 #: The nested function of ``JobScheduler.job_selector`` that calls the selectors.
@@ -232,8 +233,11 @@ def apply_first_round() -> None:
 
 def tune(scheduler: Any, lift_rate_limit: bool, subsample: int | None, greedy: bool) -> None:
     """Set the plugin's scheduling choices (dispatch/scheduling.py's plan) on Snakemake's
-    ``JobScheduler``: no job-rate limiter, ``subsample``, the greedy selector."""
+    ``JobScheduler``: no job-rate limiter, ``subsample``, the greedy selector; and its
+    rounds coalesced where that fix is installed (:mod:`.rounds`)."""
     with scheduler._lock:
+        if rounds.installed():
+            rounds.coalesce(scheduler)
         if lift_rate_limit:
             scheduler.job_rate_limiter = None
             scheduler.resources["_job_count"] = sys.maxsize  # what it asserts without one

@@ -28,6 +28,7 @@ from snakemake_executor_plugin_dask_slurm import snakemake_internals
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import greedy as greedy_selection
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import guard as fingerprint
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import jobs as prepare_inputs
+from snakemake_executor_plugin_dask_slurm.snakemake_internals import rounds
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import scheduler
 
 SEEDS = (1, 2, 3)
@@ -296,9 +297,24 @@ def test_the_installed_snakemake_is_the_one_each_touch_was_written_for(touch: An
 
 def test_the_registry_holds_every_area_and_the_fixes_are_the_ones_installed() -> None:
     areas = {t.found.__module__.rsplit(".", 1)[-1] for t in snakemake_internals.TOUCHES}
-    assert areas >= {"scheduler", "greedy", "jobs", "shell", "script", "cli", "local_executor"}
+    assert areas >= {
+        "scheduler",
+        "rounds",
+        "greedy",
+        "jobs",
+        "shell",
+        "script",
+        "cli",
+        "local_executor",
+    }
     names = [t.name for t in snakemake_internals.FIXES]
-    assert names == ["prepare_inputs", "remaining_jobs", "first_round", "greedy_selection"]
+    assert names == [
+        "prepare_inputs",
+        "remaining_jobs",
+        "first_round",
+        "scheduling rounds",
+        "greedy_selection",
+    ]
     assert len({t.name for t in snakemake_internals.TOUCHES}) == len(snakemake_internals.TOUCHES)
 
 
@@ -311,15 +327,17 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(scheduler.FIRST_ROUND, "apply", lambda: applied.append("first"))
     greedy = greedy_selection.GREEDY_SELECTION
     monkeypatch.setattr(greedy, "apply", lambda: applied.append("greedy"))
+    monkeypatch.setattr(rounds.ROUNDS, "apply", lambda: applied.append("rounds"))
     lines: list[str] = []
     installed = snakemake_internals.install(lines.append)
     assert installed == {
         "prepare_inputs": False,
         "remaining_jobs": True,
         "first_round": True,
+        "scheduling rounds": True,
         "greedy_selection": True,
     }
-    assert applied == ["remaining", "first", "greedy"]
+    assert applied == ["remaining", "first", "rounds", "greedy"]
     assert lines == [
         "Snakemake's Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py) is "
         "not the code the plugin's fix was written for (Snakemake 9.27.1); Snakemake is "
@@ -327,7 +345,7 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
         "before it runs (about 9 minutes at 100,000 inputs)"
     ]
     assert snakemake_internals.install(lines.append) == installed  # once per process
-    assert applied == ["remaining", "first", "greedy"] and len(lines) == 2  # in each log
+    assert applied == ["remaining", "first", "rounds", "greedy"] and len(lines) == 2  # each log
 
 
 def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:

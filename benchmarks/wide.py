@@ -1,0 +1,161 @@
+"""A wide allocation on the project's SLURM test cluster: how full one Snakemake keeps it.
+
+    .venv/bin/python benchmarks/wide.py [--nodes 16] [--cpus 64] [--jobs 5000]
+        [--seconds 5] [--repeats 1] [--extra "--dask-slurm-no-usage-report"]
+
+Brings the test cluster up as ``--nodes`` nodes of ``--cpus`` CPUs each (declared, not
+real: SLURM's ``config_overrides``, all on this machine), runs ``--jobs`` jobs of ``sleep
+--seconds`` inside ``salloc -N<nodes> --exclusive`` with ``--jobs <nodes x cpus>`` (plain
+flags otherwise), and prints, from the jobs' own time stamps (each job writes when its
+shell started and ended):
+
+- utilisation = the jobs' total wall time / (slots x the time from the first job's start to
+  the last job's end) — what the issue's targets are written in;
+- the fill: how long after the first job's start 50 %, 90 % and 100 % of the slots were
+  first busy at once, and the most busy at once;
+- Snakemake's own CPU (user + system of its process) per job, and jobs per second.
+
+A cluster of another shape already up is stopped first (and the default one started again
+at the end, if one was up before; ``--keep`` leaves the wide one up). A benchmark, not a
+test: it exits 0 whatever the figures are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.measure import run_measured  # noqa: E402
+from benchmarks.slurm import salloc_argv, scancel  # noqa: E402
+from testcluster import cluster  # noqa: E402
+
+SNAKEFILE = r"""
+rule all:
+    input: expand("out/{i}.txt", i=range(int(config["jobs"])))
+
+rule sleeper:
+    output: "out/{i}.txt"
+    params: seconds=config["seconds"]
+    shell: "date +%s.%N > {output}; sleep {params.seconds}; date +%s.%N >> {output}"
+"""
+
+
+def spans(out: Path) -> list[tuple[float, float]]:
+    """(start, end) of every job, from its output."""
+    found = []
+    for path in out.glob("*.txt"):
+        lines = path.read_text().split()
+        if len(lines) == 2:
+            found.append((float(lines[0]), float(lines[1])))
+    return found
+
+
+def fill(jobs: list[tuple[float, float]], slots: int) -> tuple[dict[int, float | None], int]:
+    """Seconds after the first start at which 50/90/100 % of the slots were first busy at
+    once, and the most busy at once."""
+    events = sorted([(s, 1) for s, _ in jobs] + [(e, -1) for _, e in jobs])
+    first = events[0][0]
+    busy, most = 0, 0
+    reached: dict[int, float | None] = {50: None, 90: None, 100: None}
+    for when, step in events:
+        busy += step
+        most = max(most, busy)
+        for share in reached:
+            if reached[share] is None and busy >= slots * share / 100:
+                reached[share] = when - first
+    return reached, most
+
+
+def utilisation(jobs: list[tuple[float, float]], slots: int) -> float:
+    first = min(s for s, _ in jobs)
+    last = max(e for _, e in jobs)
+    return sum(e - s for s, e in jobs) / (slots * (last - first))
+
+
+def ensure_cluster(nodes: int, cpus: int) -> tuple[cluster.ClusterInfo, bool]:
+    """The wide cluster up; whether another one was up before (and was stopped)."""
+    wanted = (cpus,) * nodes
+    now = cluster.status()
+    was_up = now.state != "down"
+    if now.info is not None and tuple(n.cpus for n in now.info.nodes) == wanted:
+        return now.info, False
+    if was_up:
+        cluster.stop()
+    return cluster.start(wanted).info, was_up
+
+
+def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="dask-slurm-wide-bench-"))
+    (workdir / "Snakefile").write_text(SNAKEFILE)
+    name = f"wide-{uuid.uuid4().hex[:6]}"
+    snakemake = [
+        sys.executable, str(ROOT / ".venv/bin/snakemake"), "--executor", "dask-slurm",
+        "--jobs", str(slots), "--config", f"jobs={args.jobs}", f"seconds={args.seconds}",
+        *shlex.split(args.extra),
+    ]  # fmt: skip
+    salloc = (f"-N{args.nodes}", "--exclusive", "--time=60", f"--chdir={workdir}")
+    argv = salloc_argv(name, salloc, snakemake)
+    env = info.env()
+    measured = run_measured(
+        argv, workdir, env, workdir / "run.log", args.timeout, snakemake[1],
+        on_timeout=lambda: scancel(name, env),
+    )  # fmt: skip
+    jobs = spans(workdir / "out")
+    print(f"\nrun in {workdir} (exit {measured.returncode}, wall {measured.wall_seconds:.1f} s)")
+    if len(jobs) != args.jobs:
+        print(f"only {len(jobs)} of {args.jobs} jobs wrote their outputs; see {workdir}/run.log")
+        if not jobs:
+            return
+    reached, most = fill(jobs, slots)
+    first, last = min(s for s, _ in jobs), max(e for _, e in jobs)
+    cpu = measured.snakemake.cpu_seconds
+    at = ", ".join(
+        f"{k} % at {v:.1f} s" if v is not None else f"{k} % never" for k, v in reached.items()
+    )
+    print(
+        f"{len(jobs)} jobs of {args.seconds:g} s on {slots} slots ({args.nodes} x {args.cpus}): "
+        f"utilisation {utilisation(jobs, slots):.1%}, first start to last end "
+        f"{last - first:.1f} s (ideal {args.seconds * -(-args.jobs // slots):.1f} s), "
+        f"{len(jobs) / (last - first):.0f} jobs/s"
+    )
+    print(f"busy slots: {at}; at most {most} at once")
+    if cpu is not None:
+        print(f"Snakemake's process: {cpu:.1f} CPU-s, {1000 * cpu / len(jobs):.2f} ms per job")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--cpus", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--extra", default="", help="more snakemake arguments, shell-split")
+    parser.add_argument("--keep", action="store_true", help="leave the wide cluster up")
+    args = parser.parse_args()
+    slots = args.nodes * args.cpus
+    began = time.monotonic()
+    info, restore = ensure_cluster(args.nodes, args.cpus)
+    print(f"test cluster of {args.nodes} x {args.cpus} CPUs up in {time.monotonic() - began:.1f} s")
+    try:
+        for _ in range(args.repeats):
+            run_once(info, args, slots)
+    finally:
+        if not args.keep:
+            cluster.stop()
+            if restore:
+                cluster.start()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
