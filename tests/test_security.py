@@ -119,9 +119,13 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
         assert link, text
         port = int(link[1])
         assert "ssh -N" not in text, text
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as page:
+        # Set up at the first visit (worker/scheduler_preload.py), not at the start.
+        scheduler_log = workflow.path / ".snakemake/dask-slurm/logs/scheduler.log"
+        assert "dashboard pages set up" not in scheduler_log.read_text()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as page:
             body = page.read().decode()
         assert page.status == 200 and "bokeh" in body.lower(), body[:500]
+        assert "dashboard pages set up" in scheduler_log.read_text()
         assert "needs bokeh" not in body.lower()
         for pid, cmd in live_processes(workflow.token, str(tmp_path)):
             if "distributed.cli.dask_" in cmd and "intruder" not in cmd:

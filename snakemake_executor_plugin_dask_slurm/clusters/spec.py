@@ -24,6 +24,7 @@ from ..slurm.argv import srun_step_command
 from ..slurm.layout import NodeGroup, WorkerLayout
 from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
 from ..worker.clock import LANDING_VARIABLE, advertised
+from ..worker.scheduler_preload import DASHBOARD_VARIABLE
 from .dask_argv import (
     SchedulerOptions,
     SupervisorOptions,
@@ -129,17 +130,20 @@ def scheduler_spec(
         scheduler_file=str(paths.scheduler_file),
         host=host,
         interface=None if host else config.interface,
-        dashboard=config.dashboard,
+        # The dashboard's pages are set up at their first visit, by the preload: Dask's
+        # own would import Bokeh on the way to the run's first job (worker/scheduler_preload.py).
+        dashboard=False,
         dashboard_address=dashboard_address(config),
         extra_args=("--preload", SCHEDULER_PRELOAD_MODULE, *security.scheduler_args()),
     )
+    pages = ((DASHBOARD_VARIABLE, "first-visit"),) if config.dashboard else ()
     # A worker silent for this long is removed (then ended: see executor/failures.py).
     ttl = ("DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL", f"{config.worker_ttl:g}s")
     return ProcessSpec(
         "Dask scheduler",
         tuple(scheduler_command(python, opts)),
         paths.logs / "scheduler.log",
-        ((OWNER_VARIABLE, str(owner_pid)), ttl, *security.env()),
+        ((OWNER_VARIABLE, str(owner_pid)), ttl, *pages, *security.env()),
     )
 
 

@@ -30,6 +30,12 @@
   (:func:`refresh_runway`; see :mod:`.clock`).
 - **A joining worker gets work at once**: stealing runs for it 50 and 300 ms after it
   joins, not only at Dask's next stealing round (every second).
+- **The dashboard's pages are set up at their first visit** (``DASK_SLURM_DASHBOARD``):
+  the scheduler starts with ``--no-dashboard`` (its HTTP server runs all the same, on the
+  port the plugin prints), and the first request the HTTP server has no page for imports
+  Dask's dashboard (Bokeh: 0.7 CPU-s, which every run paid on the scheduler's start, on
+  the way to its first job) and adds its pages, then sends the browser back to the same
+  address. A run nobody watches never imports it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,12 @@ from typing import Any
 
 from . import quick_exit
 from .clock import RUNWAY_PREFIX, point_of
+
+#: Set (to anything) in the scheduler's environment: set up the dashboard's pages at their
+#: first visit (:func:`dashboard_on_first_visit`).
+DASHBOARD_VARIABLE = "DASK_SLURM_DASHBOARD"
+#: What ``dask scheduler`` gives the dashboard by default (its ``--dashboard-prefix``).
+DASHBOARD_PREFIX = ""
 
 #: How often the scheduler checks on its owner, in milliseconds.
 CHECK_INTERVAL_MS = 1000
@@ -193,6 +205,51 @@ def balance_on_arrival(scheduler: Any) -> None:
     scheduler.add_plugin(BalanceOnArrival(), name="dask-slurm-balance-on-arrival")
 
 
+def connect_dashboard(scheduler: Any) -> bool:
+    """Add Dask's dashboard pages to the scheduler's running HTTP server, as Dask does at
+    its start with ``--dashboard``; False (and a line in the scheduler's log) if they
+    cannot be."""
+    import logging
+
+    log = logging.getLogger("distributed.scheduler")  # the scheduler's log, formatted
+    began = time.monotonic()
+    try:
+        import distributed.dashboard.scheduler as dashboard
+
+        dashboard.connect(
+            scheduler.http_application, scheduler.http_server, scheduler, prefix=DASHBOARD_PREFIX
+        )
+    except Exception as e:  # e.g. Bokeh missing: the rest of the HTTP server stays
+        log.warning("dask-slurm: the dashboard's pages could not be set up: %r", e)
+        return False
+    log.info("dask-slurm: dashboard pages set up in %.1f s", time.monotonic() - began)
+    return True
+
+
+def dashboard_on_first_visit(scheduler: Any) -> None:
+    """Set the dashboard's pages up at the first request the HTTP server has no page for
+    (see the module's docstring); at once where Dask's HTTP application is not the one this
+    was written for (distributed's ``RoutingApplication``: ``add_application`` and its list
+    ``applications``, which it asks after its own routes)."""
+    app: Any = getattr(scheduler, "http_application", None)
+    if not callable(getattr(app, "add_application", None)) or not isinstance(
+        getattr(app, "applications", None), list
+    ):
+        connect_dashboard(scheduler)
+        return
+    from tornado import web
+
+    class FirstVisit(web.RequestHandler):
+        def get(self, *args: Any) -> None:
+            if first_visit in app.applications:  # once: the pages answer from now on
+                app.applications.remove(first_visit)
+                connect_dashboard(scheduler)
+            self.redirect(self.request.uri or "/")
+
+    first_visit = web.Application([(r".*", FirstVisit)])
+    app.add_application(first_visit)
+
+
 def dask_setup(scheduler: Any) -> None:
     scheduler.allowed_failures = 0
     quick_exit.at_exit()  # the scheduler leaves at once after its close
@@ -202,6 +259,8 @@ def dask_setup(scheduler: Any) -> None:
     scheduler.handlers[LAND_HANDLER] = lambda names: land(scheduler, names)
     scheduler.handlers[RUNWAY_HANDLER] = lambda step: start_runway(scheduler, int(step))
     balance_on_arrival(scheduler)
+    if os.environ.get(DASHBOARD_VARIABLE):
+        dashboard_on_first_visit(scheduler)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:
         return

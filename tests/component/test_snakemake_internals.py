@@ -28,8 +28,7 @@ from snakemake_executor_plugin_dask_slurm import snakemake_internals
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import greedy as greedy_selection
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import guard as fingerprint
 from snakemake_executor_plugin_dask_slurm.snakemake_internals import jobs as prepare_inputs
-from snakemake_executor_plugin_dask_slurm.snakemake_internals import rounds
-from snakemake_executor_plugin_dask_slurm.snakemake_internals import scheduler
+from snakemake_executor_plugin_dask_slurm.snakemake_internals import rounds, scheduler
 
 SEEDS = (1, 2, 3)
 
