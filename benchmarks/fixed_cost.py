@@ -23,8 +23,15 @@ start and the last job's start to the exit. For the plugin, its own timings as w
 cluster's start (``cluster_start``), the usage report (``usage_report``), the cluster's
 close (``cluster_close``), ``shutdown()`` and what follows it to the exit.
 
-``--jobs N``: N independent `shell:` jobs instead of one (``--jobs 1000``: the end of a
-1,000-job run). ``--base DIR``: an A/B run: every plugin way runs a second time, named
+``--jobs N``: N independent jobs instead of one (``--jobs 1000``: the end of a 1,000-job
+run). ``--workload``: ``shell`` (the default), ``script`` (each job a `script:` that writes
+``time.time()``: ``--workload script --jobs 100 --slots 100`` is issue 32's "100 thin script:
+rules with plain --jobs 100"), or ``group`` (four `shell:` members that each write their
+start and sleep 2 s, in one group job, ``--group-components g=4``; the local executor, which
+runs no groups, runs them as four jobs with ``--cores 4``, the plugin on
+``--dask-slurm-cpus 4``). ``--slots N``: the plugin's ``--jobs`` (default 10).
+
+``--base DIR``: an A/B run: every plugin way runs a second time, named
 ``<way>@base``, with ``PYTHONPATH=DIR`` (a checkout of another commit, e.g. ``git archive
 main | tar -x -C DIR``), interleaved with the rest. Prints every run's line with the load
 average, then the medians per way and the median of the paired differences against
@@ -47,27 +54,60 @@ from pathlib import Path
 
 VENV_BIN = Path(sys.executable).parent
 SNAKEMAKE = str(VENV_BIN / "snakemake")
-SNAKEFILE = """rule all:
+ALL = """rule all:
     input: expand("out/{{i}}.txt", i=range({n}))
-
+"""
+SNAKEFILES = {
+    "shell": ALL
+    + """
 rule one:
     output: "out/{{i}}.txt"
     shell: "date +%s.%N > {{output}}"
-"""
-PLUGIN = ("--executor", "dask-slurm", "--jobs", "10")
+""",
+    "script": ALL
+    + """
+rule one:
+    output: "out/{{i}}.txt"
+    script: "start.py"
+""",
+    "group": ALL
+    + """
+rule member:
+    output: "out/{{i}}.txt"
+    group: "g"
+    shell: "date +%s.%N > {{output}}; sleep 2"
+""",
+}
+SCRIPT = "import time\nopen(snakemake.output[0], 'w').write(repr(time.time()))\n"
+#: What each workload adds to the local executor's and the plugin's arguments.
+LOCAL_ARGS = {"shell": ("--cores", "2"), "script": ("--cores", "2"), "group": ("--cores", "4")}
+PLUGIN_ARGS = {
+    "shell": (),
+    "script": (),
+    "group": ("--group-components", "g=4", "--dask-slurm-cpus", "4"),
+}
 WAYS: dict[str, tuple[str, ...]] = {
-    "local": ("--cores", "2"),
-    "plugin": PLUGIN,
-    "no-report": (*PLUGIN, "--dask-slurm-no-usage-report"),
-    "no-warm": (*PLUGIN, "--dask-slurm-no-warm"),
+    "local": (),
+    "plugin": (),
+    "no-report": ("--dask-slurm-no-usage-report",),
+    "no-warm": ("--dask-slurm-no-warm",),
     "bare": (
-        *PLUGIN,
         "--dask-slurm-no-usage-report",
         "--dask-slurm-no-warm",
         "--dask-slurm-insecure",
         "--dask-slurm-no-dashboard",
     ),
 }
+
+
+def argv(way: str, workload: str, slots: int) -> list[str]:
+    """The command of one run of ``way`` on ``workload``."""
+    if way == "local":
+        return [SNAKEMAKE, *LOCAL_ARGS[workload], "-q"]
+    plugin = ("--executor", "dask-slurm", "--jobs", str(slots), *PLUGIN_ARGS[workload])
+    return [SNAKEMAKE, *plugin, *WAYS[way], "-q"]
+
+
 EVENTS_ENV = "DASK_SLURM_TIMING_EVENTS"
 
 
@@ -122,11 +162,15 @@ def plugin_phases(events: Path, launched: float, exited: float) -> dict[str, flo
     return phases
 
 
-def one_run(way: str, jobs: int, base: str | None = None) -> Run:
+def one_run(
+    way: str, jobs: int, base: str | None = None, workload: str = "shell", slots: int = 10
+) -> Run:
     """One run of ``way``; with ``base``, that checkout's plugin (``PYTHONPATH``)."""
     where = Path(tempfile.mkdtemp(prefix=f"fixed-cost-{way}-"))
     try:
-        (where / "Snakefile").write_text(SNAKEFILE.format(n=jobs))
+        (where / "Snakefile").write_text(SNAKEFILES[workload].format(n=jobs))
+        (where / "start.py").write_text(SCRIPT)
+        command = argv(way, workload, slots)
         events = where / "events.tsv"
         env = dict(os.environ)
         env.pop(EVENTS_ENV, None)
@@ -138,15 +182,14 @@ def one_run(way: str, jobs: int, base: str | None = None) -> Run:
         launched = time.time()
         began = time.monotonic()
         done = subprocess.run(
-            [SNAKEMAKE, *WAYS[way], "-q"], cwd=where, env=env, capture_output=True, text=True,
-            timeout=3600,
-        )  # fmt: skip
+            command, cwd=where, env=env, capture_output=True, text=True, timeout=3600
+        )
         wall = time.monotonic() - began
         exited = launched + wall
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode:
             print(done.stdout[-3000:], done.stderr[-3000:])
-            raise SystemExit(f"snakemake {' '.join(WAYS[way])} failed in {where}")
+            raise SystemExit(f"{' '.join(command)} failed in {where}")
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         starts = [float(p.read_text()) for p in (where / "out").iterdir()]
         return Run(
@@ -198,7 +241,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--ways", default="local,plugin,no-report,bare")
-    parser.add_argument("--jobs", type=int, default=1, help="independent shell: jobs")
+    parser.add_argument("--jobs", type=int, default=1, help="independent jobs")
+    parser.add_argument("--workload", choices=sorted(SNAKEFILES), default="shell")
+    parser.add_argument("--slots", type=int, default=10, help="the plugin's --jobs")
     parser.add_argument("--base", help="A/B: also run every plugin way with PYTHONPATH=BASE")
     args = parser.parse_args()
     ways = args.ways.split(",")
@@ -211,7 +256,8 @@ def main() -> None:
     runs = []
     for _ in range(args.repeats):
         for way, base in plan:
-            runs.append(one_run(way, args.jobs, base))
+            jobs = 4 if args.workload == "group" else args.jobs
+            runs.append(one_run(way, jobs, base, args.workload, args.slots))
             print(line(runs[-1]), flush=True)
     summary(runs, [way if base is None else f"{way}@base" for way, base in plan])
 
