@@ -9,15 +9,17 @@ in every run, so a regression shows in the first run, not in one of ten.
 from __future__ import annotations
 
 import collections
+import os
 import re
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.report.messages import QUOTE
-from tests.conftest import Workflow, wait_until_gone
+from tests.conftest import VENV_BIN, Workflow, live_processes, wait_until_gone
 
 pytestmark = pytest.mark.e2e
 
@@ -77,3 +79,37 @@ def test_a_failure_ends_the_run_promptly_and_is_reported_once(
         left = wait_until_gone(workflow.token, str(run_dir), timeout=5)
         assert not left, f"run {attempt} left processes running: {left}"
         print(f"{target} keep_going={keep_going} run {attempt}: {took:.1f} s")
+
+
+ONSTART_FAILS = """onstart:
+    raise ValueError("the onstart handler fails")
+
+rule all:
+    input: "out.txt"
+
+rule one:
+    output: "out.txt"
+    shell: "echo one > {output}"
+"""
+
+
+def test_a_run_that_fails_before_its_first_job_stops_the_cluster_it_launched(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """The cluster is launched when the executor starts (executor/run.py launch), before
+    Snakemake's onstart handler; that handler fails, so Snakemake neither schedules nor
+    calls the executor's shutdown(). What was launched is stopped before Snakemake exits
+    (not later, by the scheduler's watch on its owner), and the run directory is free."""
+    (tmp_path / "Snakefile").write_text(ONSTART_FAILS)
+    env = dict(os.environ, DASK_SLURM_TEST_TOKEN=no_leftovers)
+    env.pop("SLURM_JOB_ID", None)
+    done = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "2",
+         "--dask-slurm-no-usage-report"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "the onstart handler fails" in said, said
+    assert live_processes(no_leftovers, str(tmp_path)) == [], said
+    assert not (tmp_path / ".snakemake/dask-slurm/run.lock").exists()
+    assert not list((tmp_path / ".snakemake/dask-slurm").glob("tls-*")), said

@@ -39,9 +39,21 @@ class ClusterSource(ABC):
     #: One line saying what this source is, for the log.
     description: str = ""
 
+    def launch(self) -> None:
+        """Start the cluster's processes without waiting for them, so that their start
+        overlaps the rest of Snakemake's (:meth:`start` then waits for them). Nothing by
+        default: a source without processes of its own."""
+        return None
+
+    def preflight(self) -> None:
+        """Check, before any job, that the commands the plan runs will run (raises
+        :class:`..errors.DaskSlurmError` saying what to fix). Nothing by default."""
+        return None
+
     @abstractmethod
     def start(self) -> Client:
-        """Bring the cluster up and return a client connected to it."""
+        """Bring the cluster up (what :meth:`launch` did not yet) and return a client
+        connected to it."""
 
     @abstractmethod
     def close(self) -> None:

@@ -76,8 +76,10 @@ def attach_security(config: RunConfig) -> AttachSecurity:
 
 
 def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) -> ClusterSource:
-    """The cluster this run uses, planned and checked, not started; with its worker jobs
-    (named ``name`` in SLURM's queue) when the farm may grow."""
+    """The cluster this run uses, planned, not started; with its worker jobs (named
+    ``name`` in SLURM's queue, checked with SLURM) when the farm may grow. Its commands are
+    checked by its :meth:`~.base.ClusterSource.preflight`, which the run calls once the
+    processes are launched (executor/run.py's ``launch``)."""
     limit = worker_job_limit(config.growth) if config.growth is not None else None
     source = _make_source(config, logger, cores, limit)
     if config.growth is None:
@@ -155,17 +157,13 @@ def _make_source(
     if config.cluster == "srun":
         from .srun import SrunCluster
 
-        srun = SrunCluster.from_environment(
+        return SrunCluster.from_environment(
             config, lambda left: run_security(config, left), worker_job_limit
         )
-        srun.preflight()
-        return srun
     if config.cluster == "sbatch":
         from .sbatch import SbatchCluster
 
-        sbatch = SbatchCluster.from_environment(config, lambda left: run_security(config, left))
-        sbatch.preflight()
-        return sbatch
+        return SbatchCluster.from_environment(config, lambda left: run_security(config, left))
     cpus, cpus_source = local_cpus(config, cores)
     mem_mb, _ = local_mem_mb(cpus)
     if in_allocation(os.environ):
@@ -175,11 +173,9 @@ def _make_source(
         )
     host, _ = choose_scheduler_host(config.interface, config.scheduler_host, None, False)
     check_bindable(host)
-    cluster = LocalProcessCluster.plan(
+    return LocalProcessCluster.plan(
         config, cpus, cpus_source, mem_mb, host or "127.0.0.1", run_security(config, None)
     )
-    cluster.preflight()
-    return cluster
 
 
 def make_worker_jobs(

@@ -58,9 +58,14 @@ class ProcessCluster(ClusterSource):
         self.client: Client | None = None
         self.bringup_seconds: float | None = None
         self.teardown_seconds: float | None = None
+        self.launched: float | None = None  # time.monotonic() of launch()
 
-    def start(self) -> Client:
-        started = time.monotonic()
+    def launch(self) -> None:
+        """Start the scheduler and the workers (the workers wait for the scheduler file
+        themselves), and return at once; once."""
+        if self.launched is not None:
+            return
+        self.launched = time.monotonic()
         with contextlib.suppress(FileNotFoundError):
             self.scheduler_file.unlink()  # a stale file would look ready at once
         clear_records(self.record_dir)  # a stale record could vouch for a live job
@@ -68,11 +73,22 @@ class ProcessCluster(ClusterSource):
             self.security.prepare()
             self.scheduler.start()
             for worker in self.workers:
-                worker.start()  # they wait for the scheduler file themselves
+                worker.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def start(self) -> Client:
+        began = time.monotonic()
+        self.launch()
+        started = self.launched or began
+        try:
             address = wait_for_scheduler_file(self.scheduler_file, self.scheduler, self.timeout)
             self.security.check_address(address)
             self.client = connect(address, self.timeout, self.security, probe_first=False)
-            self.wait_for_workers(Deadline(self.timeout - (time.monotonic() - started)))
+            # The start-up timeout counts from this call: the run's first job may come long
+            # after the launch (a long local rule first, say).
+            self.wait_for_workers(Deadline(self.timeout - (time.monotonic() - began)))
         except BaseException:
             self.close()
             raise

@@ -11,6 +11,7 @@ are started, wired and closed by :class:`.run.Run`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
 import sys
@@ -27,7 +28,7 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from .. import snakemake_internals
 from ..clusters.base import ClusterSource
 from ..clusters.choose import local_worker_cpus, make_source
-from ..clusters.run_dir import check_run_dir
+from ..clusters.run_dir import RunFiles, check_run_dir
 from ..config import RunConfig, resolve
 from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
 from ..dispatch.listeners import Listeners
@@ -40,7 +41,7 @@ from ..report.usage.write import root_problem
 from ..worker import timing
 from . import signals
 from .failures import Failures, Say, Snakemake
-from .run import Hooks, Run
+from .run import Hooks, Run, launch
 from .wakeup import Wakeup
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -58,8 +59,8 @@ ONE_ATTEMPT = "--preemptible-rules --preemptible-retries 0"
 
 class Executor(RemoteExecutor):
     """Runs each of Snakemake's jobs as a Dask task on the run's cluster (see
-    docs/architecture.md, "One run"). Planned in ``__post_init__``, started at the first
-    job handed over, closed in ``shutdown``."""
+    docs/architecture.md, "One run"). Planned and launched in ``__post_init__``, started
+    (waited for) at the first job handed over, closed in ``shutdown``."""
 
     def __init__(self, workflow: Any, logger: Any) -> None:
         # Set before the base class starts the status thread, which may use them at once.
@@ -68,6 +69,7 @@ class Executor(RemoteExecutor):
         self._wakeup = Wakeup()
         self._closed = False
         self._started = False
+        self._launched: RunFiles | None = None  # the cluster launched, not yet started
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._scheduling_tuned = False
         self._listeners = Listeners()
@@ -112,8 +114,8 @@ class Executor(RemoteExecutor):
                 raise DaskSlurmError(problem)
         cores = self.workflow.resource_settings.cores
         given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
-        # Planned (settings, allocation, preflight) now; started at the first job, so a
-        # run with nothing to do (Snakemake never calls shutdown() then) starts nothing.
+        # Planned (settings, allocation) now; launched below when there are jobs to run
+        # (Snakemake never calls shutdown() for a run with nothing to do).
         self._pending_source: ClusterSource | None = make_source(
             self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}"
         )
@@ -125,6 +127,15 @@ class Executor(RemoteExecutor):
                 f"local mode: rules claiming more than {self._local_cores} threads will be "
                 "scaled down (as with --cores)"
             )
+        if has_jobs(self.workflow):
+            # Launched now, so that the Dask processes start while Snakemake finishes its
+            # own start (and this process imports Dask for the preflight); the first job
+            # waits for them. Snakemake calls shutdown() whenever it schedules; if it
+            # fails before that, the exit handler stops them.
+            self._launched = launch(self._pending_source, self.config)
+            atexit.register(self._close_unstarted)
+        else:
+            self._pending_source.preflight()
 
     @property
     def cores(self) -> Any:
@@ -158,8 +169,9 @@ class Executor(RemoteExecutor):
         signals.on_sigterm(self._on_sigterm)
         self._tune_scheduling()
         source, self._pending_source = self._pending_source, None
+        files, self._launched = self._launched, None
         if source is not None:
-            self._start(source)
+            self._start(source, files)
 
     def _tune_scheduling(self, scheduler: Any = None) -> None:
         """Snakemake's scheduling settings for a farm, once: before its first round
@@ -171,7 +183,7 @@ class Executor(RemoteExecutor):
         if line:
             self._say(line)
 
-    def _start(self, source: ClusterSource) -> None:
+    def _start(self, source: ClusterSource, files: RunFiles | None) -> None:
         hooks = Hooks(
             say=Say(self._say, self._warn, self._error),
             snakemake=Snakemake(
@@ -185,7 +197,7 @@ class Executor(RemoteExecutor):
         self._run = Run.start(
             source, self.config, self._registry, self._listeners, self._builder, hooks,
             scheduling=self._scheduling, nodes=self.workflow.resource_settings.nodes,
-            token=self._run_token,
+            token=self._run_token, files=files,
         )  # fmt: skip
 
     def _exit_gracefully(self) -> None:
@@ -334,8 +346,32 @@ class Executor(RemoteExecutor):
                 timing.record("shutdown", began, time.time())
 
     def close_cluster(self) -> None:
-        """Close the run once (see :meth:`.run.Run.close`)."""
+        """Close the run once (see :meth:`.run.Run.close`), or a cluster launched for a
+        run that never handed a job over (every job ran locally, say)."""
+        self._close_unstarted()
         if self._closed or self._run is None:
             return
         self._closed = True
         self._run.close(self._registry, self._say)
+
+    def _close_unstarted(self) -> None:
+        """Stop a cluster launched at the start whose run never started (at shutdown, or
+        at the interpreter's exit when Snakemake failed before its first round)."""
+        atexit.unregister(self._close_unstarted)
+        source, files = self._pending_source, self._launched
+        self._pending_source, self._launched = None, None
+        if files is None:
+            return
+        try:
+            if source is not None:
+                source.close()
+        finally:
+            files.close()
+
+
+def has_jobs(workflow: Any) -> bool:
+    """Whether Snakemake will schedule jobs: its DAG holds some (Snakemake says "Nothing to
+    be done" and returns before scheduling otherwise, and never calls shutdown()), and this
+    is not a dry run."""
+    dag = getattr(workflow, "dag", None)
+    return dag is not None and bool(len(dag)) and not getattr(workflow, "dryrun", False)

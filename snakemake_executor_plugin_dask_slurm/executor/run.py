@@ -51,6 +51,26 @@ class Hooks:
     key_of: Callable[[Any], str]
 
 
+def launch(source: ClusterSource, config: RunConfig) -> RunFiles:
+    """Claim the run directory and launch ``source``'s processes, then check its commands
+    (:meth:`~..clusters.base.ClusterSource.preflight`: in this process, it imports Dask's
+    command line, which the launched processes import meanwhile); the run's files. Called
+    at the executor's start when Snakemake has jobs to run, so that the cluster's start
+    overlaps the rest of Snakemake's; :meth:`Run.start` then waits for it. If the check
+    fails, what was launched is stopped and the files released before the error goes on."""
+    files = RunFiles.open(config.run_dir)  # one run's files at a time
+    try:
+        source.launch()
+        source.preflight()
+    except BaseException:
+        try:
+            source.close()
+        finally:
+            files.close()
+        raise
+    return files
+
+
 @dataclass
 class Run:
     source: ClusterSource
@@ -73,13 +93,15 @@ class Run:
         scheduling: Given,
         nodes: Any,
         token: str,
+        files: RunFiles | None = None,
     ) -> Run:
-        """Start ``source`` and wire the run around it. ``scheduling`` and ``nodes``:
-        what Snakemake runs with (for the speed hint); ``token``: the run's. If the start
-        fails, what it started is stopped and the run's files released before the error
-        goes on."""
+        """Start ``source`` (launched by :func:`launch`, whose ``files`` these are, or
+        not yet) and wire the run around it. ``scheduling`` and ``nodes``: what Snakemake
+        runs with (for the speed hint); ``token``: the run's. If the start fails, what it
+        started is stopped and the run's files released before the error goes on."""
         now, say = scheduling, hooks.say
-        files = RunFiles.open(config.run_dir)  # one run's files at a time
+        if files is None:
+            files = RunFiles.open(config.run_dir)  # one run's files at a time
         say.info(f"starting {source.description}")
         # The usage report's Bokeh import overlaps the cluster's start (a short run would
         # otherwise wait for it at its end).

@@ -91,7 +91,9 @@ def test_the_local_plan() -> None:
     assert spec.scheduler.env == (
         ("DASK_SLURM_OWNER_PID", "7"),
         ("DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL", "30s"),
+        ("DASK_SLURM_DASHBOARD", "first-visit"),  # the pages at their first visit
     )
+    assert "--no-dashboard" in spec.scheduler.argv
     assert spec.description.startswith("local Dask cluster: 2 worker process(es) x 2 thread(s)")
 
 
@@ -130,7 +132,10 @@ def test_plain_tcp_adds_nothing_and_tls_names_files_only() -> None:
     assert plain.scheduler.env == (
         ("DASK_SLURM_OWNER_PID", "1"),
         ("DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL", "30s"),
+        ("DASK_SLURM_DASHBOARD", "first-visit"),
     )
+    quiet = plan_srun(config(dashboard=False), alloc, layout, None, "srun", PY, 1, PlainTcp())
+    assert "DASK_SLURM_DASHBOARD" not in dict(quiet.scheduler.env)  # no pages at all
     security = RunCredentials(Path("/r/tls-h-1"))
     tls = plan_srun(config(), alloc, layout, None, "srun", PY, 1, security)
     scheduler = tls.scheduler.argv

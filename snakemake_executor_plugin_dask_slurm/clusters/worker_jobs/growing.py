@@ -56,6 +56,12 @@ class GrowingCluster(ClusterSource):
     def teardown_seconds(self) -> float | None:
         return getattr(self.inner, "teardown_seconds", None)
 
+    def launch(self) -> None:
+        self.inner.launch()
+
+    def preflight(self) -> None:
+        self.inner.preflight()
+
     def start(self) -> Client:
         client = self.inner.start()
         self.pool.start(client)
