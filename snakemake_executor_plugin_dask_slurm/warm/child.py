@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from ..snakemake_internals.shell import remember_kills
 from ..worker.proctree import JOB_MARKER
 from . import marker, member, snakemake_side
+from .context import ZygoteContext
 
 #: Exit status when the job's process could not even be set up (sysexits EX_SOFTWARE).
 SETUP_FAILED = 70
@@ -155,10 +156,7 @@ def become_fresh(
 
 
 def become_job(
-    request: Mapping[str, Any],
-    close: Sequence[int],
-    dispositions: Mapping[int, Any],
-    base_env: Mapping[str, str],
+    request: Mapping[str, Any], close: Sequence[int], context: ZygoteContext
 ) -> NoReturn:
     """Run one job in this (just forked) process; never returns.
 
@@ -168,18 +166,18 @@ def become_job(
     code = SETUP_FAILED
     try:
         key = str(request.get("marker") or request["key"])
-        env = {} if request.get("full_env") else dict(base_env)
+        env = {} if request.get("full_env") else dict(context.base_env)
         env.update(dict(request["env"]))
         env[JOB_MARKER] = key
         become_fresh(
-            key, int(request.get("pgid") or 0), dispositions, env, str(request["cwd"]),
+            key, int(request.get("pgid") or 0), context.dispositions, env, str(request["cwd"]),
             fds=request.get("_fds"), log=str(request.get("log")), close=close,
         )  # fmt: skip
         if request.get("group"):
             from snakemake.shell import shell
 
             remember_kills(shell)
-            member.install(key)
+            member.install(key, context.address)
         code = interpreter_exit(snakemake_side.run(list(request["argv"])))
     except BaseException:
         with contextlib.suppress(Exception):

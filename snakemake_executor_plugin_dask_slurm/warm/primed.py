@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from ..worker.warm_protocol import Inbox, Op, Outbox
 from . import child, member, snakemake_side
+from .context import ZygoteContext
 from .sources import Effect, Fingerprint, Recorder, module_sources
 
 
@@ -60,15 +61,13 @@ class Server:
         self,
         sock: socket.socket,
         first: Mapping[str, Any],
-        dispositions: Mapping[int, Any],
-        base_env: Mapping[str, str],
+        context: ZygoteContext,
         recorder: Recorder,
     ):
         self.sock = sock
         self.outbox = Outbox(sock)
         self.first = first
-        self.dispositions = dispositions
-        self.base_env = dict(base_env)
+        self.context = context
         self.recorder = recorder
         self.fingerprint = Fingerprint(())
         self.children: dict[int, str] = {}
@@ -79,7 +78,7 @@ class Server:
     def prime(self) -> str | None:
         """Parse the workflow as the first job's command would; why it cannot go the warm
         way, or None."""
-        env = {} if self.first.get("full_env") else dict(self.base_env)
+        env = {} if self.first.get("full_env") else dict(self.context.base_env)
         env.update(dict(self.first["env"]))
         os.environ.clear()
         os.environ.update(env)
@@ -195,7 +194,7 @@ class Server:
                 stream.flush()
         pid = os.fork()
         if pid == 0:
-            child.become_job(request, self._close, self.dispositions, self.base_env)
+            child.become_job(request, self._close, self.context)
         member.close_fds(fds)
         with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
             os.setpgid(pid, int(request.get("pgid") or pid))
@@ -229,13 +228,12 @@ class Server:
 def run_server(
     sock: socket.socket,
     first: Mapping[str, Any],
-    dispositions: Mapping[int, Any],
-    base_env: Mapping[str, str],
+    context: ZygoteContext,
     recorder: Recorder,
 ) -> NoReturn:
     """The body of a freshly forked server process."""
     try:
-        Server(sock, first, dispositions, base_env, recorder).serve()
+        Server(sock, first, context, recorder).serve()
     except BaseException as e:
         with contextlib.suppress(Exception):
             Outbox(sock).send({"op": Op.UNSUPPORTED, "reason": f"{type(e).__name__}: {e}"})

@@ -32,7 +32,6 @@ import contextlib
 import json
 import os
 import resource
-import secrets
 import selectors
 import signal
 import socket
@@ -45,8 +44,9 @@ from typing import Any, NoReturn
 
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, Op, Outbox, encode, hang_bounds
-from . import marker, member, script, script_run, snakemake_side, thread_pools
+from . import marker, member, script, script_run, snakemake_side
 from .child import record_signals
+from .context import ZygoteContext, listening_address
 from .primed import run_server, settle_threads
 from .sources import Recorder
 
@@ -85,14 +85,11 @@ class ServerHandle:
 
 
 class Zygote:
-    def __init__(
-        self, sock: socket.socket, nargs: Mapping[str, Any], dispositions: Mapping[int, Any]
-    ):
+    def __init__(self, sock: socket.socket, nargs: Mapping[str, Any], context: ZygoteContext):
         self.sock = sock
         self.outbox = Outbox(sock)
         self.nargs = dict(nargs)
-        self.dispositions = dispositions
-        self.base_env = {k: v for k, v in os.environ.items() if k != marker.SLOT_VARIABLE}
+        self.context = context
         self.cwd = os.getcwd()
         self.recorder = Recorder(own_roots=_own_roots())
         self.recorder.install()
@@ -117,11 +114,9 @@ class Zygote:
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        address = f"\0dask-slurm-warm-{os.getpid()}-{secrets.token_hex(8)}"
-        self.listener.bind(address)
+        self.listener.bind(context.address)  # known to the servers and jobs forked from here
         self.listener.listen(64)
         self.listener.setblocking(False)
-        member.ADDRESS = address  # known to the servers and jobs forked from here only
 
     # -- routing ----------------------------------------------------------------------------
 
@@ -173,7 +168,7 @@ class Zygote:
         if pid == 0:
             self.close_in_child(task, mine)
             first = dict(first, _fds=self.fds.get(task, []))
-            run_server(theirs, first, self.dispositions, self.base_env, self.recorder)
+            run_server(theirs, first, self.context, self.recorder)
         theirs.close()
         server = ServerHandle(pid, mine, key)
         server.sent.add(str(first["key"]))
@@ -202,8 +197,10 @@ class Zygote:
         """Fork the script's process (:mod:`.script`); it reports ``started`` and
         ``exited`` to the job's process, or ``cold`` (then it runs it as before)."""
         task = str(request["key"])
-        pools = thread_pools.POOLS_REASON[0] if thread_pools.POOLS_REASON else None
-        reason = script.why_zygote_cannot(request, self.base_env, script.INITIAL_PATH, pools)
+        context = self.context
+        reason = script.why_zygote_cannot(
+            request, context.base_env, context.initial_path, context.scripts.pools_reason
+        )
         if reason is not None:
             self.settle(task)
             with contextlib.suppress(OSError):
@@ -216,7 +213,7 @@ class Zygote:
         if pid == 0:
             fds = self.fds.get(task, [])
             self.close_in_child(task)
-            script_run.become_script(request, fds, self.dispositions, script.INITIAL_PATH)
+            script_run.become_script(request, fds, context)
         self.settle(task)
         with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
             os.setpgid(pid, int(request["pgid"]))
@@ -508,7 +505,7 @@ def _own_roots() -> tuple[str, ...]:
 
 def main(argv: list[str] | None = None) -> None:
     dispositions = record_signals()  # before anything changes them: what `python` starts with
-    script.INITIAL_PATH[:] = sys.path  # what a script's `python FILE` has after its own dir
+    initial_path = tuple(sys.path)  # what a script's `python FILE` has after its own dir
     parser = argparse.ArgumentParser(prog="dask-slurm warm zygote")
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--cwd")
@@ -516,6 +513,7 @@ def main(argv: list[str] | None = None) -> None:
     sock = socket.socket(fileno=args.fd)
     outbox = Outbox(sock)
     began = time.monotonic()
+    address = listening_address()
     try:
         if not marker.available():
             raise snakemake_side.Unsupported(
@@ -523,7 +521,7 @@ def main(argv: list[str] | None = None) -> None:
                 "(not Linux?), so a forked job's processes could not carry their marker"
             )
         nargs = snakemake_side.load()
-        script.install()
+        scripts = script.install(address)
         threads = settle_threads()
         if threads > 1:
             raise snakemake_side.Unsupported(
@@ -533,8 +531,10 @@ def main(argv: list[str] | None = None) -> None:
         reason = str(e) if isinstance(e, snakemake_side.Unsupported) else f"{type(e).__name__}: {e}"
         outbox.send({"op": Op.FAILED, "reason": reason})
         return
+    base_env = {k: v for k, v in os.environ.items() if k != marker.SLOT_VARIABLE}
+    context = ZygoteContext(address, dispositions, initial_path, base_env, scripts)
     outbox.send({"op": Op.READY, "pid": os.getpid(), "seconds": time.monotonic() - began})
-    Zygote(sock, nargs, dispositions).serve()
+    Zygote(sock, nargs, context).serve()
 
 
 if __name__ == "__main__":

@@ -94,6 +94,18 @@ def test_a_job_command_gives_its_interpreter_arguments_and_exports() -> None:
     assert member.cd == "/w" and member.argv == ("--mode", "subprocess")
 
 
+def test_a_members_request_names_the_group_job_it_is_given() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm import member
+
+    command = "cd '/w' && export A='1' && /venv/bin/python -m snakemake --mode 'subprocess'"
+    first, second = member.request_for(command, "g"), member.request_for(command, "g")
+    assert first is not None and second is not None
+    assert first["marker"] == "g" and first["key"].startswith("g/member")
+    assert first["key"] != second["key"] and first["cwd"] == "/w"
+    assert ("A", "1") in first["env"] and first["argv"] == ["--mode", "subprocess"]
+    assert member.request_for("python -m snakemake", "g") is None  # no cd: as before
+
+
 @pytest.mark.parametrize(
     "command",
     [
