@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from ..snakemake_internals.shell import remember_kills
 from ..worker.proctree import JOB_MARKER
+from ..worker.warm_protocol import Run
 from . import marker, member, snakemake_side
 from .context import ZygoteContext
 
@@ -155,9 +156,7 @@ def become_fresh(
     _reseed()
 
 
-def become_job(
-    request: Mapping[str, Any], close: Sequence[int], context: ZygoteContext
-) -> NoReturn:
+def become_job(request: Run, close: Sequence[int], context: ZygoteContext) -> NoReturn:
     """Run one job in this (just forked) process; never returns.
 
     A group member (``pgid`` and file descriptors in the request, see :mod:`.member`)

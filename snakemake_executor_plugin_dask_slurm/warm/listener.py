@@ -16,9 +16,9 @@ import socket
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
-from ..worker.warm_protocol import Inbox, Op, Outbox
+from ..worker.warm_protocol import Inbox, Op, Outbox, Run, RunScript
 from .member import close_fds
 
 _PEERCRED = struct.Struct("3i")
@@ -71,7 +71,7 @@ class Listener:
         self.connections[conn.fileno()] = found
         self.selector.register(conn, selectors.EVENT_READ, found)
 
-    def read(self, found: Connection) -> Iterator[tuple[dict[str, Any], list[int]]]:
+    def read(self, found: Connection) -> Iterator[tuple[Run | RunScript, list[int]]]:
         """The requests one read of ``found`` completed, each with the file descriptors it
         came with (``fds`` of them); at its end (or a stream not of our protocol), the
         connection closed."""
@@ -97,4 +97,4 @@ class Listener:
                 continue  # not a request of ours
             wanted = int(msg.get("fds") or 0)
             taken, found.fds = found.fds[:wanted], found.fds[wanted:]
-            yield msg, taken
+            yield cast(Run | RunScript, msg), taken

@@ -22,17 +22,17 @@ import contextlib
 import itertools
 import os
 import socket
-from typing import Any
+from typing import Any, cast
 
 from ..snakemake_internals.local_executor import wrap_spawn_job
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, Op, encode
+from ..worker.warm_protocol import Exited, Inbox, Op, Run, encode
 from .command import Unsplittable, parse_job_command
 
 _count = itertools.count(1)
 
 
-def request_for(command: str, group_key: str) -> dict[str, Any] | None:
+def request_for(command: str, group_key: str) -> Run | None:
     """The zygote's request for a member's spawn command in the group job ``group_key``
     (its processes' marker), or None (spawn it as before)."""
     try:
@@ -43,21 +43,21 @@ def request_for(command: str, group_key: str) -> dict[str, Any] | None:
         return None
     env = {k: v for k, v in os.environ.items() if k != JOB_MARKER}
     env.update(dict(found.exports))
-    return {
-        "op": Op.RUN,
-        "key": f"{group_key}/member{next(_count)}-{os.getpid()}",
-        "marker": group_key,
-        "argv": list(found.argv),
-        "env": sorted(env.items()),
-        "full_env": True,
-        "cwd": found.cd,
-        "python": found.python,
-        "pgid": os.getpgid(0),
-        "fds": 3,
-    }
+    return Run(
+        op=Op.RUN,
+        key=f"{group_key}/member{next(_count)}-{os.getpid()}",
+        marker=group_key,
+        argv=list(found.argv),
+        env=sorted(env.items()),
+        full_env=True,
+        cwd=found.cd,
+        python=found.python,
+        pgid=os.getpgid(0),
+        fds=3,
+    )
 
 
-def run_warm(request: dict[str, Any], address: str) -> int | None:
+def run_warm(request: Run, address: str) -> int | None:
     """Have the zygote (listening at ``address``) run the member; its exit status
     (negative: a signal), or None when it went no warm way (then it never started)."""
     try:
@@ -86,7 +86,7 @@ def run_warm(request: dict[str, Any], address: str) -> int | None:
                 elif op == Op.COLD:
                     return None
                 elif op == Op.EXITED:
-                    status = msg.get("status")
+                    status = cast(Exited, msg).get("status")
                     return int(status) if isinstance(status, int) else 1
                 elif op == Op.LOST:
                     return 1

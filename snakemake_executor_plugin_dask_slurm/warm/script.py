@@ -36,13 +36,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..snakemake_internals import shell as internal_shell
 from ..snakemake_internals.deployment import script_bench_record
 from ..snakemake_internals.script import SCRIPT_HOOK, software_reason, wrap_execute_script
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, Op, encode
+from ..worker.warm_protocol import Inbox, Op, Received, RunScript, Started, encode
 from . import marker
 from .context import ScriptSetup
 from .thread_pools import find_blas_setters
@@ -175,7 +175,7 @@ def _same_dir(a: str, b: str) -> bool:
 
 
 def why_zygote_cannot(
-    request: Mapping[str, Any],
+    request: RunScript,
     base_env: Mapping[str, str],
     initial_path: Sequence[str],
     pools_reason: str | None = None,
@@ -214,12 +214,12 @@ class WarmScript:
         inbox: Inbox,
         pid: int,
         args: Any,
-        pending: Sequence[Mapping[str, Any]],
+        pending: Sequence[Received],
     ):
         self._sock = sock
         self._inbox = inbox
         #: What came with "started" (a quick script's exit).
-        self._pending: list[Mapping[str, Any]] = list(pending)
+        self._pending: list[Received] = list(pending)
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
@@ -281,16 +281,16 @@ def start(
     env = bash_env(kwargs["env"], cwd, sys.executable)
     if isinstance(env, str):
         return real(*args, **kwargs)
-    request = {
-        "op": Op.SCRIPT,
-        "key": f"{key}/script{next(_count)}-{os.getpid()}",
-        "marker": key,
-        "file": fname,
-        "env": sorted(env.items()),
-        "cwd": cwd,
-        "pgid": os.getpgid(0),
-        "fds": 3,
-    }
+    request = RunScript(
+        op=Op.SCRIPT,
+        key=f"{key}/script{next(_count)}-{os.getpid()}",
+        marker=key,
+        file=fname,
+        env=sorted(env.items()),
+        cwd=cwd,
+        pgid=os.getpgid(0),
+        fds=3,
+    )
     out = stdout.fileno() if stdout is not None else 1
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -310,7 +310,7 @@ def start(
         msgs = inbox.feed(data) if data else [{"op": Op.STARTED}, {"op": Op.LOST}]
         for at, msg in enumerate(msgs):
             if msg.get("op") == Op.STARTED:
-                pid = int(msg.get("pid") or 0)
+                pid = int(cast(Started, msg).get("pid") or 0)
                 return WarmScript(sock, inbox, pid, args[0] if args else "", msgs[at + 1 :])
             if msg.get("op") == Op.COLD:
                 sock.close()

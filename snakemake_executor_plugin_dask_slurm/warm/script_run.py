@@ -12,10 +12,11 @@ import os
 import signal
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib.machinery import SourceFileLoader
 from typing import Any, NoReturn
 
+from ..worker.warm_protocol import RunScript
 from .child import SETUP_FAILED, become_fresh, interpreter_exit
 from .context import ZygoteContext
 from .thread_pools import size_thread_pools
@@ -148,9 +149,7 @@ def fresh_process_state(cwd: str) -> None:
             setattr(process, "ORIGINAL_DIR", os.path.abspath(cwd))  # noqa: B010
 
 
-def become_script(
-    request: Mapping[str, Any], fds: Sequence[int], context: ZygoteContext
-) -> NoReturn:
+def become_script(request: RunScript, fds: Sequence[int], context: ZygoteContext) -> NoReturn:
     """Run the request's script in this (just forked) process; never returns."""
     try:
         become_fresh(

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Outbox
+from ..worker.warm_protocol import Outbox, Run
 from . import marker, snakemake_side
 from .member import close_fds
 
@@ -40,7 +40,7 @@ class Task:
     #: and stderr), until it started or went cold.
     fds: list[int] = field(default_factory=list)
     #: Its request, until a server started it (a stale server's task goes to a new one).
-    request: dict[str, Any] | None = None
+    request: Run | None = None
     #: A group's warm member: its group job's task key.
     group: str | None = None
     #: What its group's warm members and its scripts used so far, added to its own
@@ -80,7 +80,7 @@ class Tasks:
             fds, task.fds = task.fds, []
             close_fds(fds)
 
-    def take_request(self, key: str) -> dict[str, Any] | None:
+    def take_request(self, key: str) -> Run | None:
         task = self._by_key.get(key)
         if task is None:
             return None
@@ -119,7 +119,7 @@ class Command:
     #: How often its workflow's sources changed during the run.
     stale: int = 0
 
-    def changed(self, path: object) -> None:
+    def changed(self, path: str) -> None:
         """Its server found ``path`` changed: after :data:`STALE_LIMIT` times, cold."""
         self.stale += 1
         if self.stale > STALE_LIMIT:
@@ -129,7 +129,7 @@ class Command:
             )
 
 
-def command_key(request: Mapping[str, Any], nargs: dict[str, Any]) -> str:
+def command_key(request: Run, nargs: dict[str, Any]) -> str:
     """The key of a job request's parse: its arguments without the per-job ones
     (:func:`.snakemake_side.general_argv`), its environment and working directory."""
     argv = snakemake_side.general_argv(list(request["argv"]), nargs)
@@ -137,7 +137,7 @@ def command_key(request: Mapping[str, Any], nargs: dict[str, Any]) -> str:
     return json.dumps([argv, env, str(request["cwd"])])
 
 
-def why_cold(request: Mapping[str, Any], cwd: str) -> str | None:
+def why_cold(request: Run, cwd: str) -> str | None:
     """Why a job request cannot go to a zygote started in ``cwd``, or None."""
     if os.path.realpath(str(request["cwd"])) != os.path.realpath(cwd):
         return f"its working directory is not the warm process's ({cwd})"

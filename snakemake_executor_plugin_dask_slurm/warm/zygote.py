@@ -41,9 +41,10 @@ import socket
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
-from ..worker.warm_protocol import Inbox, Op, Outbox, encode, hang_bounds
+from ..worker import warm_protocol as protocol
+from ..worker.warm_protocol import Inbox, Op, Outbox, Received, encode, hang_bounds
 from . import marker, member, script, script_run, snakemake_side
 from .child import record_signals
 from .children import Children, Script, Server
@@ -77,7 +78,7 @@ class Zygote:
     def command(self, key: str) -> Command:
         return self.commands.setdefault(key, Command())
 
-    def run(self, request: dict[str, Any]) -> None:
+    def run(self, request: protocol.Run) -> None:
         task = str(request["key"])
         record = self.tasks.open(task)
         reason = why_cold(request, self.cwd)
@@ -85,7 +86,7 @@ class Zygote:
         reason = reason or self.command(key).refused
         if reason is not None:
             self.tasks.settle(task)
-            self.send({"op": Op.COLD, "key": task, "reason": reason})
+            self.send(protocol.Cold(op=Op.COLD, key=task, reason=reason))
             self.tasks.end(task)  # cold, a member is a process of its group job
             return
         server = self.children.server(self.command(key).server)
@@ -96,7 +97,7 @@ class Zygote:
         server.sent.add(task)
         self.to_server(server, request)
 
-    def fork_server(self, key: str, first: dict[str, Any]) -> None:
+    def fork_server(self, key: str, first: protocol.Run) -> None:
         mine, theirs = socket.socketpair()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -105,7 +106,7 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             self.close_in_child(task, mine)
-            first = dict(first, _fds=self.fds_of(task))
+            first = {**first, "_fds": self.fds_of(task)}
             run_server(theirs, first, self.context, self.recorder)
         theirs.close()
         server = Server(pid, mine, key)
@@ -135,7 +136,7 @@ class Zygote:
 
     # -- a warm job's Python script ----------------------------------------------------------
 
-    def run_script(self, request: dict[str, Any], origin: Outbox) -> None:
+    def run_script(self, request: protocol.RunScript, origin: Outbox) -> None:
         """Fork the script's process (:mod:`.script`); it reports ``started`` and
         ``exited`` to the job's process, or ``cold`` (then it runs it as before)."""
         task = str(request["key"])
@@ -147,7 +148,7 @@ class Zygote:
             self.tasks.settle(task)
             self.tasks.end(task)
             with contextlib.suppress(OSError):
-                origin.send({"op": Op.COLD, "key": task, "reason": reason})
+                origin.send(protocol.Cold(op=Op.COLD, key=task, reason=reason))
             return
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
@@ -163,7 +164,7 @@ class Zygote:
             os.setpgid(pid, int(request["pgid"]))
         self.children.add(Script(pid, task, str(request["marker"]), origin))
         with contextlib.suppress(OSError):
-            origin.send({"op": Op.STARTED, "key": task, "pid": pid})
+            origin.send(protocol.Started(op=Op.STARTED, key=task, pid=pid))
 
     def reap(self) -> None:
         """Children that ended: a script's status to its job's process, its figures kept
@@ -179,10 +180,10 @@ class Zygote:
                     ended.job, (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
                 )
             with contextlib.suppress(OSError):  # that job's process is gone
-                ended.origin.send({"op": Op.EXITED, "key": ended.key, "status": code})
+                ended.origin.send(protocol.Exited(op=Op.EXITED, key=ended.key, status=code))
 
-    def to_server(self, server: Server, msg: dict[str, Any]) -> None:
-        fds = self.fds_of(str(msg.get("key"))) if msg.get("op") == Op.RUN else []
+    def to_server(self, server: Server, msg: protocol.Run | protocol.Retire) -> None:
+        fds = self.fds_of(str(msg["key"])) if msg["op"] == Op.RUN else []
         with contextlib.suppress(OSError):  # a dead server's EOF settles its jobs
             if fds:
                 socket.send_fds(server.sock, [encode(msg)], fds)
@@ -191,7 +192,7 @@ class Zygote:
 
     # -- from a server ------------------------------------------------------------------------
 
-    def from_server(self, server: Server, msg: Mapping[str, Any]) -> None:
+    def from_server(self, server: Server, msg: Received) -> None:
         op, task = msg.get("op"), str(msg.get("key"))
         server.primed, server.asked = True, None  # it answers
         if op == Op.PONG:
@@ -201,21 +202,25 @@ class Zygote:
             server.running.add(task)
             self.tasks.take_request(task)
             self.tasks.settle(task)
-            self.send({"op": Op.STARTED, "key": task, "pid": msg.get("pid")})
+            pid = cast(protocol.Started, msg)["pid"]
+            self.send(protocol.Started(op=Op.STARTED, key=task, pid=pid))
         elif op == Op.EXITED:
             server.running.discard(task)
-            usage = self.tasks.add_members(task, msg.get("usage"))
-            self.send({"op": Op.EXITED, "key": task, "status": msg.get("status"), "usage": usage})
+            exited = cast(protocol.Exited, msg)
+            usage = self.tasks.add_members(task, exited.get("usage"))
+            status = exited["status"]
+            self.send(protocol.Exited(op=Op.EXITED, key=task, status=status, usage=usage))
             self.tasks.end(task)
         elif op == Op.UNSUPPORTED:
-            reason = str(msg.get("reason"))
+            reason = str(cast(protocol.Unsupported, msg).get("reason"))
             server.refusal = self.command(server.key).refused = reason
             self.retire(server)
         elif op == Op.STALE:
             server.sent.discard(task)
             self.retire(server)
-            if msg.get("path") is not None:
-                self.command(server.key).changed(msg.get("path"))
+            path = cast(protocol.Stale, msg).get("path")
+            if path is not None:
+                self.command(server.key).changed(path)
             request = self.tasks.take_request(task)
             if request is not None:
                 self.run(request)
@@ -224,7 +229,7 @@ class Zygote:
         if not server.retired:
             server.retired = True
             self.forget_server(server)
-            self.to_server(server, {"op": Op.RETIRE})
+            self.to_server(server, protocol.Retire(op=Op.RETIRE))
 
     def forget_server(self, server: Server) -> None:
         """New jobs of its command go to another server."""
@@ -244,18 +249,18 @@ class Zygote:
             self.tasks.take_request(task)
             self.tasks.settle(task)
             if server.refusal:  # refused before it forked anything: safe to run cold
-                self.send({"op": Op.COLD, "key": task, "reason": server.refusal})
+                self.send(protocol.Cold(op=Op.COLD, key=task, reason=server.refusal))
             else:  # it may have forked the job just before it died: lost, not cold
-                self.send({"op": Op.LOST, "key": task, "reason": how})
+                self.send(protocol.Lost(op=Op.LOST, key=task, reason=how))
             self.tasks.end(task)
         for task in sorted(server.running):
-            self.send({"op": Op.LOST, "key": task, "reason": how})
+            self.send(protocol.Lost(op=Op.LOST, key=task, reason=how))
             self.tasks.end(task)
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def send(self, msg: dict[str, Any]) -> None:
-        origin = self.tasks.origin(str(msg.get("key")))
+    def send(self, msg: protocol.JobMessage) -> None:
+        origin = self.tasks.origin(str(msg["key"]))
         if origin is not None:
             with contextlib.suppress(OSError):  # that group job's process is gone
                 origin.send(msg)
@@ -273,7 +278,7 @@ class Zygote:
             if not server.primed or server.hung:
                 continue
             if server.asked is None:
-                sent = Outbox(server.sock).try_send({"op": Op.PING})
+                sent = Outbox(server.sock).try_send(protocol.Ping(op=Op.PING))
                 server.asked = now if sent != "broken" else now - bound
             if now - server.asked >= bound:
                 server.hung = (
@@ -319,7 +324,7 @@ class Zygote:
         for msg, fds in self.listener.read(found):
             record = self.tasks.open(str(msg["key"]))
             record.fds = fds
-            if msg.get("op") == Op.SCRIPT:
+            if msg["op"] == Op.SCRIPT:
                 self.run_script(msg, found.outbox)
                 continue
             record.origin = found.outbox
@@ -336,9 +341,9 @@ class Zygote:
             os._exit(0)  # the worker closed: its servers see this one go, and end
         for msg in inbox.feed(data):
             if msg.get("op") == Op.RUN:
-                self.run(msg)
+                self.run(cast(protocol.Run, msg))
             elif msg.get("op") == Op.PING:
-                self.outbox.send({"op": Op.PONG, "n": msg.get("n")})
+                self.outbox.send(protocol.Pong(op=Op.PONG, n=cast(protocol.Ping, msg)["n"]))
             elif msg.get("op") == Op.EXIT:
                 os._exit(0)
 
@@ -387,11 +392,11 @@ def main(argv: list[str] | None = None) -> None:
             )
     except Exception as e:
         reason = str(e) if isinstance(e, snakemake_side.Unsupported) else f"{type(e).__name__}: {e}"
-        outbox.send({"op": Op.FAILED, "reason": reason})
+        outbox.send(protocol.Failed(op=Op.FAILED, reason=reason))
         return
     base_env = {k: v for k, v in os.environ.items() if k != marker.SLOT_VARIABLE}
     context = ZygoteContext(address, dispositions, initial_path, base_env, scripts)
-    outbox.send({"op": Op.READY, "pid": os.getpid(), "seconds": time.monotonic() - began})
+    outbox.send(protocol.Ready(op=Op.READY, pid=os.getpid(), seconds=time.monotonic() - began))
     Zygote(sock, nargs, context).serve()
 
 

@@ -662,3 +662,40 @@ def test_a_warm_script_ends_as_the_interpreter_would() -> None:
     assert "Exception ignored in" in said.getvalue() and "No space left" in said.getvalue()
     assert "Traceback" not in said.getvalue()  # as the interpreter prints it: no frames
     assert flush_std_streams()  # the test's own streams flush
+
+
+# -- the warm protocol (worker/warm_protocol.py) ---------------------------------------------
+
+
+def test_every_operation_has_one_typed_message() -> None:
+    from typing import get_args, get_type_hints
+
+    from snakemake_executor_plugin_dask_slurm.worker import warm_protocol as protocol
+
+    kinds = get_args(protocol.Message)
+    ops = [get_args(get_type_hints(kind)["op"])[0] for kind in kinds]
+    assert sorted(ops) == sorted(protocol.Op) and len(kinds) == len(protocol.Op)
+    assert set(get_args(protocol.JobMessage)) <= set(kinds)
+
+
+def test_a_typed_message_goes_on_the_wire_as_the_json_it_always_was() -> None:
+    from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import (
+        Inbox,
+        Op,
+        Run,
+        Started,
+        encode,
+    )
+
+    started = encode(Started(op=Op.STARTED, key="k", pid=7))
+    assert started == (34).to_bytes(4, "big") + b'{"op":"started","key":"k","pid":7}'
+    run = Run(op=Op.RUN, key="k", argv=["--cores", "1"], env=[("A", "1")], cwd="/w", group=False)
+    text = (
+        b'{"op":"run","key":"k","argv":["--cores","1"],"env":[["A","1"]],"cwd":"/w","group":false}'
+    )
+    assert encode(run)[4:] == text
+    assert Inbox().feed(encode(run) + started) == [
+        {"op": "run", "key": "k", "argv": ["--cores", "1"], "env": [["A", "1"]], "cwd": "/w",
+         "group": False},
+        {"op": "started", "key": "k", "pid": 7},
+    ]  # fmt: skip
