@@ -34,6 +34,15 @@ from .context import ZygoteContext
 SETUP_FAILED = 70
 
 
+def fork_clean() -> int:
+    """``os.fork()`` once this process's standard streams are flushed: a child must not
+    write again what its parent had buffered. The child's pid (0 in the child)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    return os.fork()
+
+
 def record_signals() -> dict[int, Any]:
     """The signal dispositions of this process now (call first thing at start-up)."""
     found = {}

@@ -200,10 +200,7 @@ class Server:
             self.retired = True
             self._send(Stale(op=Op.STALE, key=key, path=changed))
             return
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        pid = os.fork()
+        pid = child.fork_clean()
         if pid == 0:
             child.become_job(request, self._close, self.context)
         member.close_fds(fds)

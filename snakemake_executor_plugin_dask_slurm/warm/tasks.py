@@ -69,6 +69,11 @@ class Tasks:
         """Its end was relayed (or it was never to run here): forget it."""
         self._by_key.pop(key, None)
 
+    def fds(self, key: str) -> list[int]:
+        """The file descriptors the task ``key`` came with (to pass on)."""
+        task = self._by_key.get(key)
+        return task.fds if task is not None else []
+
     def origin(self, key: str) -> Outbox | None:
         task = self._by_key.get(key)
         return task.origin if task is not None else None

@@ -46,12 +46,12 @@ from typing import Any, NoReturn, cast
 from ..worker import warm_protocol as protocol
 from ..worker.warm_protocol import Inbox, Op, Outbox, Received, encode, hang_bounds
 from . import marker, member, script, script_run, snakemake_side
-from .child import record_signals
+from .child import fork_clean, record_signals
 from .children import Children, Script, Server
 from .context import ZygoteContext, listening_address
 from .listener import Connection, Listener
 from .primed import run_server, settle_threads
-from .sources import Recorder
+from .sources import Recorder, own_roots
 from .tasks import Command, Tasks, command_key, why_cold
 
 
@@ -62,7 +62,7 @@ class Zygote:
         self.nargs = dict(nargs)
         self.context = context
         self.cwd = os.getcwd()
-        self.recorder = Recorder(own_roots=_own_roots())
+        self.recorder = Recorder(own_roots=own_roots())
         self.recorder.install()
         #: Its primed servers and scripts' processes, by pid (:mod:`.children`).
         self.children = Children()
@@ -99,14 +99,11 @@ class Zygote:
 
     def fork_server(self, key: str, first: protocol.Run) -> None:
         mine, theirs = socket.socketpair()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
         task = str(first["key"])
-        pid = os.fork()
+        pid = fork_clean()
         if pid == 0:
             self.close_in_child(task, mine)
-            first = {**first, "_fds": self.fds_of(task)}
+            first = {**first, "_fds": self.tasks.fds(task)}
             run_server(theirs, first, self.context, self.recorder)
         theirs.close()
         server = Server(pid, mine, key)
@@ -114,10 +111,6 @@ class Zygote:
         self.children.add(server)
         self.command(key).server = pid
         self.selector.register(mine, selectors.EVENT_READ, server)
-
-    def fds_of(self, task: str) -> list[int]:
-        record = self.tasks.get(task)
-        return record.fds if record is not None else []
 
     def close_in_child(self, task: str, *more: socket.socket) -> None:
         """In a process just forked from this one: close what is the zygote's (all but
@@ -150,12 +143,9 @@ class Zygote:
             with contextlib.suppress(OSError):
                 origin.send(protocol.Cold(op=Op.COLD, key=task, reason=reason))
             return
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        pid = os.fork()
+        pid = fork_clean()
         if pid == 0:
-            fds = self.fds_of(task)
+            fds = self.tasks.fds(task)
             self.close_in_child(task)
             script_run.become_script(request, fds, context)
         self.tasks.settle(task)
@@ -183,7 +173,7 @@ class Zygote:
                 ended.origin.send(protocol.Exited(op=Op.EXITED, key=ended.key, status=code))
 
     def to_server(self, server: Server, msg: protocol.Run | protocol.Retire) -> None:
-        fds = self.fds_of(str(msg["key"])) if msg["op"] == Op.RUN else []
+        fds = self.tasks.fds(str(msg["key"])) if msg["op"] == Op.RUN else []
         with contextlib.suppress(OSError):  # a dead server's EOF settles its jobs
             if fds:
                 socket.send_fds(server.sock, [encode(msg)], fds)
@@ -357,13 +347,6 @@ class Zygote:
             return
         for msg in server.inbox.feed(data):
             self.from_server(server, msg)
-
-
-def _own_roots() -> tuple[str, ...]:
-    import snakemake
-
-    roots = {os.path.dirname(snakemake.__file__), os.path.dirname(os.path.dirname(__file__))}
-    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
 
 
 def main(argv: list[str] | None = None) -> None:
