@@ -15,6 +15,7 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
 from snakemake_executor_plugin_dask_slurm.worker.job_log import keep_log
+from snakemake_executor_plugin_dask_slurm.worker.running import JOBS, SCANS_AFTER_AN_END
 from snakemake_executor_plugin_dask_slurm.worker.task import (
     kill_tasks,
     read_tail,
@@ -34,11 +35,11 @@ from tests.waiting import eventually
 def fresh_worker_state() -> Iterator[None]:
     # Module state of one worker process; each test plays a fresh worker. The in-process
     # workers of other tests share it: no landing point is left behind.
-    worker_task._stopped.clear()
-    worker_task._newly_started.clear()
-    worker_task._landing_at = None
+    JOBS.stopped.clear()
+    JOBS.newly_started.clear()
+    JOBS.landing_at = None
     yield
-    worker_task._landing_at = None
+    JOBS.landing_at = None
 
 
 def spec(tmp_path: Path, script: str, key: str = "k1", tmpdir: str | None = None) -> TaskSpec:
@@ -233,7 +234,7 @@ def test_withdraw_keeps_what_runs_and_stops_the_rest_from_starting(tmp_path: Pat
 def test_a_worker_starts_no_job_that_cannot_finish_before_its_landing_point(
     tmp_path: Path,
 ) -> None:
-    worker_task._landing_at = time.time() + 5.0
+    JOBS.landing_at = time.time() + 5.0
     marker = tmp_path / "ran"
     late = dataclasses.replace(spec(tmp_path, f"touch {marker}", key="late"), needs=10.0)
     with pytest.raises(TooLate) as caught:
@@ -242,7 +243,7 @@ def test_a_worker_starts_no_job_that_cannot_finish_before_its_landing_point(
     assert not marker.exists() and worker_task.running_tasks() == []
     assert run_task(dataclasses.replace(late, needs=1.0)).returncode == 0  # fits
     assert run_task(dataclasses.replace(late, needs=None)).returncode == 0  # unknown: fits
-    worker_task._landing_at = time.time() - 1.0  # landed: nothing starts
+    JOBS.landing_at = time.time() - 1.0  # landed: nothing starts
     with pytest.raises(TooLate, match="its worker reached its landing point"):
         run_task(dataclasses.replace(late, needs=None))
 
@@ -398,8 +399,8 @@ def test_the_housekeeping_reports_starts_when_jobs_start_and_sleeps_otherwise(
     scans: list[float] = []
     monkeypatch.setattr(worker_task, "end_orphans", lambda: scans.append(time.monotonic()))
     worker, stop = EventLog(), threading.Event()
-    worker_task._chores.clear()
-    monkeypatch.setattr(worker_task, "_scans_due", 0)  # what the other tests' jobs left
+    JOBS.chores.clear()
+    monkeypatch.setattr(JOBS, "scans_due", 0)  # what the other tests' jobs left
     args = (worker, stop, True)
     thread = threading.Thread(target=worker_task._housekeeping, args=args, daemon=True)
     thread.start()
@@ -411,10 +412,10 @@ def test_the_housekeeping_reports_starts_when_jobs_start_and_sleeps_otherwise(
         assert worker.events == [(worker_task.STARTED_TOPIC, ["h1"])]
         eventually("two looks for its daemons", lambda: len(scans) >= 2, 5, 0.02)
         time.sleep(0.5)
-        assert len(scans) == worker_task.SCANS_AFTER_AN_END
+        assert len(scans) == SCANS_AFTER_AN_END
     finally:
         stop.set()
-        worker_task._chores.set()
+        JOBS.chores.set()
         thread.join(5)
 
 
