@@ -3,8 +3,8 @@
 
 :mod:`.task` registers each job's process as it starts and takes it off when it ends;
 ``kill_tasks`` and ``withdraw_tasks`` stop jobs, running or not started yet; the worker's
-housekeeping reports the jobs that started and looks for the daemons of those that ended.
-Ending every running job (a closing worker, the interpreter's exit) is here too.
+preload (:mod:`.preload`) reports the jobs that started and looks for the daemons of those
+that ended. Ending every running job (a closing worker, the interpreter's exit) is here too.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ class RunningJobs:
         self.stopped: set[str] = set()
         #: When each running job started (for the landing: what it has left to run).
         self.began: dict[str, float] = {}
-        #: Jobs started since the last report to the plugin (``task._report_started``).
+        #: Jobs started since the last report to the plugin (:mod:`.preload`).
         self.newly_started: list[str] = []
         #: Looks for daemons still due (a job ended).
         self.scans_due = 0
-        #: Set when there is housekeeping to do (a job started or ended): ``task._housekeeping``.
+        #: Set when there is housekeeping to do (a job started or ended): see :mod:`.preload`.
         self.chores = threading.Event()
         #: Set in a Dask worker (by its preload), never in Snakemake's own process.
         self.in_worker = False
@@ -127,7 +127,7 @@ class RunningJobs:
         with self.lock:
             return list(self.running.values())
 
-    # -- the housekeeping ---------------------------------------------------------------------
+    # -- the housekeeping (worker.preload) ------------------------------------------------------
 
     def active(self) -> tuple[set[int], set[str]]:
         """The running jobs' pids, and the keys of the jobs running or being started."""

@@ -1,8 +1,9 @@
 """What runs on a Dask worker: one job's command, in its own process group, logged
 (a direct-way job's log only if it prints or fails: :mod:`.job_log`).
 
-This module is imported by every worker (it is also the workers' ``--preload`` module, so
-that ``dask_teardown`` kills whatever jobs are still running when a worker closes).
+This module is imported by every worker: it is also the workers' ``--preload`` module
+(clusters/spec.py, ``TASK_MODULE``), whose hooks are :mod:`.preload`'s, so that
+``dask_teardown`` kills whatever jobs are still running when a worker closes.
 Cancelling a Dask future does not stop a running task, so the plugin keeps every running
 command's process, by task key, and kills the whole process group itself: the jobs of
 this worker process are :data:`.running.JOBS`.
@@ -11,9 +12,7 @@ this worker process are :data:`.running.JOBS`.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
-import json
 import os
 import resource
 import signal
@@ -23,14 +22,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import proctree, quick_exit, timing, warm_host
-from .clock import landing_from_env, late_words, too_late
+from .clock import late_words, too_late
 from .job_log import JobLog, copy_output, drain, make_log_dir
 from .logtail import read_tail
+from .preload import STARTED_TOPIC as STARTED_TOPIC  # the topic, for the plugin's side
+from .preload import dask_setup as dask_setup  # Dask looks for the hooks here
+from .preload import dask_teardown as dask_teardown
 from .running import JOBS, KILL_GRACE_SECONDS, end_running_jobs, kill_later, signal_group
 from .waiting import Deadline
 from .warm_host import WarmLost, WarmProc
@@ -41,12 +41,6 @@ if TYPE_CHECKING:
 
 #: Shorter at interpreter exit: the worker is already going (SIGKILL may follow).
 EXIT_GRACE_SECONDS = 1.0
-#: Seconds the housekeeping gathers what happened (jobs started, jobs ended) before it
-#: reports the starts and looks for daemons of the finished jobs: at most once this often.
-ORPHAN_SCAN_INTERVAL = 1.0
-#: Seconds between looks for daemons when no job ends (adopted orphans that exited are
-#: reaped then): the only timer of an idle worker's housekeeping.
-QUIET_SCAN_INTERVAL = 30.0
 #: How much of a failed job's log comes back with its outcome.
 TAIL_LINES = 20
 _TMPDIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
@@ -350,102 +344,6 @@ def withdraw_tasks(keys: list[str]) -> dict[str, float]:
 def running_tasks() -> list[str]:
     """Keys of the tasks whose commands are running on this worker."""
     return JOBS.keys()
-
-
-def end_orphans() -> list[int]:
-    """Kill the daemons of finished jobs: processes re-parented to this worker (a child
-    subreaper) whose job marker names no job that still runs here. Returns their pids."""
-    table = proctree.scan()
-    pids, active = JOBS.active()
-    known = pids | warm_host.HOST.pids()
-    victims: list[int] = []
-    for pid in proctree.children_of(os.getpid(), table):
-        if pid in known:
-            continue
-        if not table[pid].alive:
-            proctree.reap([pid])
-            continue
-        key = proctree.job_marker(pid)
-        if key is not None and key not in active:
-            victims += proctree.descendants([pid], table)
-    proctree.send(victims, signal.SIGKILL)
-    return victims
-
-
-#: The Dask event topic on which a worker says, once a second, which jobs it started.
-STARTED_TOPIC = "dask-slurm-started"
-
-
-def _report_started(worker: Any) -> None:
-    """Tell the plugin which jobs started here since the last report: one small event a
-    second at most, not one per job. If the worker then dies, the plugin knows which of
-    its jobs were running (started), not merely waiting, even with no process left."""
-    keys = JOBS.take_started()
-    if keys:
-        worker.log_event(STARTED_TOPIC, keys)
-
-
-def _housekeeping(worker: Any, stop: threading.Event, orphans: bool) -> None:
-    """The worker's housekeeping: report started jobs; end daemons of finished jobs.
-
-    It sleeps until a job starts or ends (``JOBS.chores``), gathers for
-    ORPHAN_SCAN_INTERVAL what else happens meanwhile, then does what is due: the starts
-    are reported once a second at most, and the daemons of a job are looked for twice
-    after it ended. While jobs only run, it does not wake but every QUIET_SCAN_INTERVAL
-    (adopted orphans that exited by themselves are reaped then)."""
-    while not stop.is_set():
-        quiet = not JOBS.chores.wait(QUIET_SCAN_INTERVAL)
-        if stop.wait(ORPHAN_SCAN_INTERVAL):
-            return
-        JOBS.chores.clear()  # before the chores: what happens during them wakes the next pass
-        scan = JOBS.scan_due(quiet)
-        _chore(lambda: _report_started(worker))
-        if orphans and scan:
-            _chore(end_orphans)
-
-
-def _chore(chore: Callable[[], object]) -> None:
-    try:
-        chore()
-    except Exception:  # never let the thread die; the next pass tries again
-        return
-
-
-def dask_setup(worker: Any) -> None:
-    """Worker preload hook: adopt the jobs' orphans, and end those of finished jobs."""
-    JOBS.in_worker = True
-    JOBS.landing_at = landing_from_env(os.environ)
-    os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
-    timing.open_task_log()
-    orphans = proctree.become_subreaper()
-    thread = threading.Thread(
-        target=_housekeeping,
-        args=(worker, threading.Event(), orphans),
-        name="dask-slurm-housekeeping",
-        daemon=True,
-    )
-    thread.start()
-
-
-def dask_teardown(worker: Any) -> None:
-    """Worker preload hook: a closing worker takes its jobs' processes with it, after
-    noting which ones it ran for its supervisor's record (see :mod:`.supervisor`)."""
-    _note_running(str(getattr(worker, "name", "")))
-    end_running_jobs(KILL_GRACE_SECONDS)
-    proctree.kill_all_below(os.getpid(), timeout=1.0)
-
-
-def _note_running(name: str) -> None:
-    from .supervisor import RECORD_DIR_VARIABLE, running_path
-
-    directory = os.environ.get(RECORD_DIR_VARIABLE)
-    keys = JOBS.keys()
-    if not directory or not keys:
-        return
-    with contextlib.suppress(OSError):
-        path = running_path(Path(directory), name, os.getpid())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(keys))
 
 
 @atexit.register

@@ -253,7 +253,7 @@ def test_a_job_too_late_for_its_worker_comes_back_to_go_elsewhere(
 def test_a_worker_says_which_jobs_started_whatever_the_events_container(
     client: Client, tmp_path: Path
 ) -> None:
-    # The worker reports started jobs once a second (worker.task._report_started); a lost
+    # The worker reports started jobs once a second (worker.preload.report_started); a lost
     # worker's jobs are told "running" or "waiting" from it. The keys arrive as a list
     # in-process and as a tuple through a scheduler on another host (msgpack): both count.
     dispatcher = Dispatcher(client, lambda: None)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.worker import preload
 from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
 from snakemake_executor_plugin_dask_slurm.worker.job_log import keep_log
 from snakemake_executor_plugin_dask_slurm.worker.running import JOBS, SCANS_AFTER_AN_END
@@ -139,6 +140,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_the_module_dask_preloads_in_every_worker_has_the_workers_hooks() -> None:
+    import importlib
+
+    from snakemake_executor_plugin_dask_slurm.worker import TASK_MODULE
+
+    module = importlib.import_module(TASK_MODULE)  # what clusters/spec.py gives --preload
+    assert module.dask_setup is preload.dask_setup
+    assert module.dask_teardown is preload.dask_teardown
+
+
 def test_dask_teardown_kills_running_jobs(tmp_path: Path) -> None:
     result: list[worker_task.TaskOutcome] = []
     thread = threading.Thread(
@@ -206,12 +217,12 @@ class EventLog:
 
 def test_a_worker_reports_which_jobs_it_started_once_a_second_at_most(tmp_path: Path) -> None:
     worker = EventLog()
-    worker_task._report_started(worker)  # nothing new: nothing said
+    preload.report_started(worker)  # nothing new: nothing said
     for key in ("r1", "r2"):
         run_task(spec(tmp_path, "true", key=key))
-    worker_task._report_started(worker)
-    worker_task._report_started(worker)  # said once
-    assert worker.events == [(worker_task.STARTED_TOPIC, ["r1", "r2"])]
+    preload.report_started(worker)
+    preload.report_started(worker)  # said once
+    assert worker.events == [(preload.STARTED_TOPIC, ["r1", "r2"])]
 
 
 def test_withdraw_keeps_what_runs_and_stops_the_rest_from_starting(tmp_path: Path) -> None:
@@ -395,21 +406,21 @@ def test_a_job_reaped_under_its_waiter_still_ends_its_task(tmp_path: Path) -> No
 def test_the_housekeeping_reports_starts_when_jobs_start_and_sleeps_otherwise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker_task, "ORPHAN_SCAN_INTERVAL", 0.1)
+    monkeypatch.setattr(preload, "ORPHAN_SCAN_INTERVAL", 0.1)
     scans: list[float] = []
-    monkeypatch.setattr(worker_task, "end_orphans", lambda: scans.append(time.monotonic()))
+    monkeypatch.setattr(preload, "end_orphans", lambda: scans.append(time.monotonic()))
     worker, stop = EventLog(), threading.Event()
     JOBS.chores.clear()
     monkeypatch.setattr(JOBS, "scans_due", 0)  # what the other tests' jobs left
     args = (worker, stop, True)
-    thread = threading.Thread(target=worker_task._housekeeping, args=args, daemon=True)
+    thread = threading.Thread(target=preload.housekeeping, args=args, daemon=True)
     thread.start()
     try:
         time.sleep(0.5)
         assert worker.events == [] and scans == []  # nothing happened: nothing done
         run_task(spec(tmp_path, "true", key="h1"))
         eventually("the start reported", lambda: worker.events != [], 5, 0.02)
-        assert worker.events == [(worker_task.STARTED_TOPIC, ["h1"])]
+        assert worker.events == [(preload.STARTED_TOPIC, ["h1"])]
         eventually("two looks for its daemons", lambda: len(scans) >= 2, 5, 0.02)
         time.sleep(0.5)
         assert len(scans) == SCANS_AFTER_AN_END
