@@ -26,10 +26,21 @@ from typing import Any, NoReturn
 
 from ..snakemake_internals.shell import remember_kills
 from ..worker.proctree import JOB_MARKER
+from ..worker.warm_protocol import Run
 from . import marker, member, snakemake_side
+from .context import ZygoteContext
 
 #: Exit status when the job's process could not even be set up (sysexits EX_SOFTWARE).
 SETUP_FAILED = 70
+
+
+def fork_clean() -> int:
+    """``os.fork()`` once this process's standard streams are flushed: a child must not
+    write again what its parent had buffered. The child's pid (0 in the child)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    return os.fork()
 
 
 def record_signals() -> dict[int, Any]:
@@ -154,12 +165,7 @@ def become_fresh(
     _reseed()
 
 
-def become_job(
-    request: Mapping[str, Any],
-    close: Sequence[int],
-    dispositions: Mapping[int, Any],
-    base_env: Mapping[str, str],
-) -> NoReturn:
+def become_job(request: Run, close: Sequence[int], context: ZygoteContext) -> NoReturn:
     """Run one job in this (just forked) process; never returns.
 
     A group member (``pgid`` and file descriptors in the request, see :mod:`.member`)
@@ -168,18 +174,18 @@ def become_job(
     code = SETUP_FAILED
     try:
         key = str(request.get("marker") or request["key"])
-        env = {} if request.get("full_env") else dict(base_env)
+        env = {} if request.get("full_env") else dict(context.base_env)
         env.update(dict(request["env"]))
         env[JOB_MARKER] = key
         become_fresh(
-            key, int(request.get("pgid") or 0), dispositions, env, str(request["cwd"]),
+            key, int(request.get("pgid") or 0), context.dispositions, env, str(request["cwd"]),
             fds=request.get("_fds"), log=str(request.get("log")), close=close,
         )  # fmt: skip
         if request.get("group"):
             from snakemake.shell import shell
 
             remember_kills(shell)
-            member.install(key)
+            member.install(key, context.address)
         code = interpreter_exit(snakemake_side.run(list(request["argv"])))
     except BaseException:
         with contextlib.suppress(Exception):

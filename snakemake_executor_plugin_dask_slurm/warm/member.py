@@ -19,56 +19,50 @@ spawned as before.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
-from typing import Any
+from typing import Any, cast
 
 from ..snakemake_internals.local_executor import wrap_spawn_job
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, Op, encode
+from ..worker.warm_protocol import Exited, Inbox, Op, Run, encode
 from .command import Unsplittable, parse_job_command
 
-#: The zygote's listening address (abstract namespace), set in the zygote before it forks.
-ADDRESS: str | None = None
-#: This group job's task key (its processes' marker), set in the group job's process.
-GROUP_KEY: str | None = None
-_count = 0
+_count = itertools.count(1)
 
 
-def request_for(command: str) -> dict[str, Any] | None:
-    """The zygote's request for a member's spawn command, or None (spawn it as before)."""
-    global _count
+def request_for(command: str, group_key: str) -> Run | None:
+    """The zygote's request for a member's spawn command in the group job ``group_key``
+    (its processes' marker), or None (spawn it as before)."""
     try:
         found = parse_job_command(command)
     except Unsplittable:
         return None
-    if found.module != "snakemake" or found.cd is None or GROUP_KEY is None:
+    if found.module != "snakemake" or found.cd is None:
         return None
-    _count += 1
     env = {k: v for k, v in os.environ.items() if k != JOB_MARKER}
     env.update(dict(found.exports))
-    return {
-        "op": Op.RUN,
-        "key": f"{GROUP_KEY}/member{_count}-{os.getpid()}",
-        "marker": GROUP_KEY,
-        "argv": list(found.argv),
-        "env": sorted(env.items()),
-        "full_env": True,
-        "cwd": found.cd,
-        "python": found.python,
-        "pgid": os.getpgid(0),
-        "fds": 3,
-    }
+    return Run(
+        op=Op.RUN,
+        key=f"{group_key}/member{next(_count)}-{os.getpid()}",
+        marker=group_key,
+        argv=list(found.argv),
+        env=sorted(env.items()),
+        full_env=True,
+        cwd=found.cd,
+        python=found.python,
+        pgid=os.getpgid(0),
+        fds=3,
+    )
 
 
-def run_warm(request: dict[str, Any]) -> int | None:
-    """Have the zygote run the member; its exit status (negative: a signal), or None when
-    it went no warm way (then it never started)."""
-    if ADDRESS is None:
-        return None
+def run_warm(request: Run, address: str) -> int | None:
+    """Have the zygote (listening at ``address``) run the member; its exit status
+    (negative: a signal), or None when it went no warm way (then it never started)."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(ADDRESS)
+        sock.connect(address)
     except OSError:
         return None
     with sock:
@@ -92,25 +86,24 @@ def run_warm(request: dict[str, Any]) -> int | None:
                 elif op == Op.COLD:
                     return None
                 elif op == Op.EXITED:
-                    status = msg.get("status")
+                    status = cast(Exited, msg).get("status")
                     return int(status) if isinstance(status, int) else 1
                 elif op == Op.LOST:
                     return 1
 
 
-def install(group_key: str) -> bool:
-    """In a group job's warm process: spawn ``run:`` and ``shadow:`` members warm. False,
-    and nothing changed, if Snakemake's local executor is not the one this was written
-    for."""
-    global GROUP_KEY
+def install(group_key: str, address: str) -> bool:
+    """In a group job's warm process (``group_key``: its task key): spawn ``run:`` and
+    ``shadow:`` members warm, through the zygote listening at ``address``. False, and
+    nothing changed, if Snakemake's local executor is not the one this was written for."""
     from snakemake.exceptions import SpawnedJobError
     from snakemake.logging import logger
 
     def warm(original: Any) -> Any:
         def spawn_job(self: Any, job: Any) -> None:
             cmd = self.format_job_exec(job)
-            request = request_for(cmd)
-            status = run_warm(request) if request is not None else None
+            request = request_for(cmd, group_key)
+            status = run_warm(request, address) if request is not None else None
             if status is None:
                 return original(self, job)
             logger.debug(f"spawned job: {cmd}")
@@ -119,10 +112,7 @@ def install(group_key: str) -> bool:
 
         return spawn_job
 
-    if not wrap_spawn_job(warm):
-        return False
-    GROUP_KEY = group_key
-    return True
+    return wrap_spawn_job(warm)
 
 
 def close_fds(fds: list[int]) -> None:

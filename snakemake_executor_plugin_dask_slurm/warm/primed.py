@@ -23,11 +23,23 @@ import signal
 import socket
 import sys
 import weakref
-from collections.abc import Mapping
-from typing import Any, NoReturn
+from typing import NoReturn, cast
 
-from ..worker.warm_protocol import Inbox, Op, Outbox
+from ..worker.warm_protocol import (
+    Exited,
+    Inbox,
+    Message,
+    Op,
+    Outbox,
+    Pong,
+    Received,
+    Run,
+    Stale,
+    Started,
+    Unsupported,
+)
 from . import child, member, snakemake_side
+from .context import ZygoteContext
 from .sources import Effect, Fingerprint, Recorder, module_sources
 
 
@@ -59,16 +71,14 @@ class Server:
     def __init__(
         self,
         sock: socket.socket,
-        first: Mapping[str, Any],
-        dispositions: Mapping[int, Any],
-        base_env: Mapping[str, str],
+        first: Run,
+        context: ZygoteContext,
         recorder: Recorder,
     ):
         self.sock = sock
         self.outbox = Outbox(sock)
         self.first = first
-        self.dispositions = dispositions
-        self.base_env = dict(base_env)
+        self.context = context
         self.recorder = recorder
         self.fingerprint = Fingerprint(())
         self.children: dict[int, str] = {}
@@ -79,7 +89,7 @@ class Server:
     def prime(self) -> str | None:
         """Parse the workflow as the first job's command would; why it cannot go the warm
         way, or None."""
-        env = {} if self.first.get("full_env") else dict(self.base_env)
+        env = {} if self.first.get("full_env") else dict(self.context.base_env)
         env.update(dict(self.first["env"]))
         os.environ.clear()
         os.environ.update(env)
@@ -134,7 +144,7 @@ class Server:
     def serve(self) -> NoReturn:
         reason = self.prime()
         if reason is not None:
-            self._send({"op": Op.UNSUPPORTED, "reason": reason})
+            self._send(Unsupported(op=Op.UNSUPPORTED, reason=reason))
             os._exit(0)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
@@ -168,39 +178,36 @@ class Server:
                     msg["_fds"], fds = fds[:wanted], fds[wanted:]
                     self._handle(msg)
 
-    def _handle(self, msg: Mapping[str, Any]) -> None:
+    def _handle(self, msg: Received) -> None:
         op = msg.get("op")
         if op == Op.RUN:
-            self._run(msg)
+            self._run(cast(Run, msg))
         elif op == Op.PING:  # the zygote asks whether this server still answers
-            self._send({"op": Op.PONG})
+            self._send(Pong(op=Op.PONG))
         elif op == Op.RETIRE:
             self.retired = True
 
-    def _run(self, request: Mapping[str, Any]) -> None:
+    def _run(self, request: Run) -> None:
         key = str(request["key"])
         fds = list(request.get("_fds") or ())
         if self.retired:
             member.close_fds(fds)
-            self._send({"op": Op.STALE, "key": key, "path": None})
+            self._send(Stale(op=Op.STALE, key=key, path=None))
             return
         changed = self.fingerprint.changed()
         if changed is not None:
             member.close_fds(fds)
             self.retired = True
-            self._send({"op": Op.STALE, "key": key, "path": changed})
+            self._send(Stale(op=Op.STALE, key=key, path=changed))
             return
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        pid = os.fork()
+        pid = child.fork_clean()
         if pid == 0:
-            child.become_job(request, self._close, self.dispositions, self.base_env)
+            child.become_job(request, self._close, self.context)
         member.close_fds(fds)
         with contextlib.suppress(OSError):  # also here: a kill after "started" must reach it
             os.setpgid(pid, int(request.get("pgid") or pid))
         self.children[pid] = key
-        self._send({"op": Op.STARTED, "key": key, "pid": pid})
+        self._send(Started(op=Op.STARTED, key=key, pid=pid))
 
     def _reap(self) -> None:
         while self.children:
@@ -217,9 +224,9 @@ class Server:
                 # for), and this server's own peak, which the fork handed the child.
                 floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 usage = (rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss, floor)
-                self._send({"op": Op.EXITED, "key": key, "status": code, "usage": usage})
+                self._send(Exited(op=Op.EXITED, key=key, status=code, usage=usage))
 
-    def _send(self, msg: dict[str, Any]) -> None:
+    def _send(self, msg: Message) -> None:
         try:
             self.outbox.send(msg)
         except OSError:  # the zygote is gone
@@ -228,16 +235,16 @@ class Server:
 
 def run_server(
     sock: socket.socket,
-    first: Mapping[str, Any],
-    dispositions: Mapping[int, Any],
-    base_env: Mapping[str, str],
+    first: Run,
+    context: ZygoteContext,
     recorder: Recorder,
 ) -> NoReturn:
     """The body of a freshly forked server process."""
     try:
-        Server(sock, first, dispositions, base_env, recorder).serve()
+        Server(sock, first, context, recorder).serve()
     except BaseException as e:
         with contextlib.suppress(Exception):
-            Outbox(sock).send({"op": Op.UNSUPPORTED, "reason": f"{type(e).__name__}: {e}"})
+            reason = f"{type(e).__name__}: {e}"
+            Outbox(sock).send(Unsupported(op=Op.UNSUPPORTED, reason=reason))
     finally:
         os._exit(0)

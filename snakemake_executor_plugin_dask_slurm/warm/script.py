@@ -36,15 +36,16 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from ..snakemake_internals import shell as internal_shell
 from ..snakemake_internals.deployment import script_bench_record
 from ..snakemake_internals.script import SCRIPT_HOOK, software_reason, wrap_execute_script
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Inbox, Op, encode
-from . import marker, member
-from .thread_pools import BLAS_SETTERS, POOLS_REASON, find_blas_setters
+from ..worker.warm_protocol import Inbox, Op, Received, RunScript, Started, encode
+from . import marker
+from .context import ScriptSetup
+from .thread_pools import find_blas_setters
 
 #: The prefix ``shell()`` puts before a command when bash is its executable and the
 #: workflow set no ``shell.prefix``.
@@ -69,15 +70,6 @@ BASH_VARIABLES = (
 #: forked process has the zygote's start, so they must be the zygote's.
 INTERPRETER_VARIABLES = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE")
 INTERPRETER_PREFIX = "PYTHON"
-
-#: Set in the zygote (:func:`install`): the interpreter's path as it started and the
-#: bash ``shell()`` uses by default.
-INITIAL_PATH: list[str] = []
-DEFAULT_BASH: str | None = None
-
-#: Set in the zygote (:func:`install`): what ``import snakemake`` appends to ``sys.path``
-#: (its pip deployments), which a fresh script's preamble does when it imports Snakemake.
-APPENDED_PATH: list[str] = []
 
 _local = threading.local()
 _count = itertools.count(1)
@@ -183,7 +175,7 @@ def _same_dir(a: str, b: str) -> bool:
 
 
 def why_zygote_cannot(
-    request: Mapping[str, Any],
+    request: RunScript,
     base_env: Mapping[str, str],
     initial_path: Sequence[str],
     pools_reason: str | None = None,
@@ -222,12 +214,12 @@ class WarmScript:
         inbox: Inbox,
         pid: int,
         args: Any,
-        pending: Sequence[Mapping[str, Any]],
+        pending: Sequence[Received],
     ):
         self._sock = sock
         self._inbox = inbox
         #: What came with "started" (a quick script's exit).
-        self._pending: list[Mapping[str, Any]] = list(pending)
+        self._pending: list[Received] = list(pending)
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
@@ -267,34 +259,42 @@ class WarmScript:
         self.send_signal(signal.SIGTERM)
 
 
-def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) -> Any:
-    """``shell()``'s ``Popen`` of the script: forked by the zygote when it is exactly the
-    default command (a :class:`WarmScript`), else the real ``Popen``."""
+def start(
+    fname: str,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    stdout: Any,
+    address: str,
+    bash: str | None,
+) -> Any:
+    """``shell()``'s ``Popen`` of the script: forked by the zygote (listening at
+    ``address``) when it is exactly the default command with ``bash`` (a
+    :class:`WarmScript`), else the real ``Popen``."""
     real = subprocess.Popen
     reason = why_popen_not_warm(
-        args, kwargs, python=sys.executable, fname=fname, bash=DEFAULT_BASH, stdout=stdout
+        args, kwargs, python=sys.executable, fname=fname, bash=bash, stdout=stdout
     )
     key = os.environ.get(JOB_MARKER)
-    if reason is not None or key is None or member.ADDRESS is None:
+    if reason is not None or key is None:
         return real(*args, **kwargs)
     cwd = os.getcwd()
     env = bash_env(kwargs["env"], cwd, sys.executable)
     if isinstance(env, str):
         return real(*args, **kwargs)
-    request = {
-        "op": Op.SCRIPT,
-        "key": f"{key}/script{next(_count)}-{os.getpid()}",
-        "marker": key,
-        "file": fname,
-        "env": sorted(env.items()),
-        "cwd": cwd,
-        "pgid": os.getpgid(0),
-        "fds": 3,
-    }
+    request = RunScript(
+        op=Op.SCRIPT,
+        key=f"{key}/script{next(_count)}-{os.getpid()}",
+        marker=key,
+        file=fname,
+        env=sorted(env.items()),
+        cwd=cwd,
+        pgid=os.getpgid(0),
+        fds=3,
+    )
     out = stdout.fileno() if stdout is not None else 1
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(member.ADDRESS)
+        sock.connect(address)
         socket.send_fds(sock, [encode(request)], [0, out, 2])
     except OSError:  # nothing reached the zygote
         sock.close()
@@ -310,7 +310,7 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
         msgs = inbox.feed(data) if data else [{"op": Op.STARTED}, {"op": Op.LOST}]
         for at, msg in enumerate(msgs):
             if msg.get("op") == Op.STARTED:
-                pid = int(msg.get("pid") or 0)
+                pid = int(cast(Started, msg).get("pid") or 0)
                 return WarmScript(sock, inbox, pid, args[0] if args else "", msgs[at + 1 :])
             if msg.get("op") == Op.COLD:
                 sock.close()
@@ -319,11 +319,13 @@ def start(fname: str, args: Sequence[Any], kwargs: dict[str, Any], stdout: Any) 
 
 class _Subprocess:
     """``snakemake.shell``'s ``sp``: the ``subprocess`` module, but ``Popen`` of an armed
-    script (this thread's) goes to :func:`start`."""
+    script (this thread's) goes to :func:`start`, to the zygote at ``address``."""
 
-    def __init__(self, real: Any, stdout: Any):
+    def __init__(self, real: Any, stdout: Any, address: str, bash: str | None):
         self._real = real
         self._stdout = stdout
+        self._address = address
+        self._bash = bash
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._real, name)
@@ -333,26 +335,26 @@ class _Subprocess:
         if fname is None:
             return self._real.Popen(*args, **kwargs)
         _local.fname = None  # the script's one command only
-        return start(fname, args, kwargs, self._stdout)
+        return start(fname, args, kwargs, self._stdout, self._address, self._bash)
 
 
-def install() -> bool:
-    """In the zygote: run warm jobs' Python scripts in forks of it. False, and nothing
-    changed, on a Snakemake whose code is not the one this was written for."""
-    global DEFAULT_BASH
+def install(address: str) -> ScriptSetup:
+    """In the zygote (listening at ``address``): run warm jobs' Python scripts in forks of
+    it; what their processes need of the zygote. Empty, and nothing changed, on a
+    Snakemake whose code is not the one this was written for."""
     shell_module = internal_shell.module()
     if not SCRIPT_HOOK.matches() or isinstance(shell_module.sp, _Subprocess):
-        return False
-    DEFAULT_BASH = shell_module.shell.get_executable()
+        return ScriptSetup()
+    bash = shell_module.shell.get_executable()
     import snakemake
 
-    APPENDED_PATH[:] = [p for p in [getattr(snakemake, "PIP_DEPLOYMENTS_PATH", None)] if p]
+    appended = tuple(p for p in [getattr(snakemake, "PIP_DEPLOYMENTS_PATH", None)] if p)
     setters, reason = find_blas_setters()
-    BLAS_SETTERS[:] = setters
-    POOLS_REASON[:] = [reason] if reason is not None else []
     wrap_execute_script(_hook)
-    internal_shell.swap_subprocess(lambda real, stdout: _Subprocess(subprocess, stdout))
-    return True
+    internal_shell.swap_subprocess(
+        lambda real, stdout: _Subprocess(subprocess, stdout, address, bash)
+    )
+    return ScriptSetup(bash, appended, tuple(setters), reason)
 
 
 def _hook(original: Any) -> Any:

@@ -12,13 +12,14 @@ import os
 import signal
 import sys
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from importlib.machinery import SourceFileLoader
 from typing import Any, NoReturn
 
+from ..worker.warm_protocol import RunScript
 from .child import SETUP_FAILED, become_fresh, interpreter_exit
-from .script import APPENDED_PATH
-from .thread_pools import BLAS_SETTERS, size_thread_pools
+from .context import ZygoteContext
+from .thread_pools import size_thread_pools
 
 
 def _stream(fd: int, name: str, mode: str, template: Any, line_buffering: bool) -> io.TextIOWrapper:
@@ -63,13 +64,17 @@ def _exit_code(e: SystemExit) -> int:
     return 1
 
 
-def run_file(path: str, initial_path: Sequence[str]) -> tuple[int, bool]:
-    """Run ``path`` as ``python path`` runs it, in a fresh ``__main__``; the exit status
-    and whether it ended by an uncaught KeyboardInterrupt."""
+def run_file(
+    path: str, initial_path: Sequence[str], appended_path: Sequence[str] = ()
+) -> tuple[int, bool]:
+    """Run ``path`` as ``python path`` runs it, in a fresh ``__main__`` (``sys.path``: its
+    own directory, ``initial_path`` after the first entry, then ``appended_path``, what
+    importing Snakemake appends); the exit status and whether it ended by an uncaught
+    KeyboardInterrupt."""
     sys.argv = [path]
     sys.orig_argv = [sys.executable, path]
     own = [os.path.dirname(os.path.realpath(path)), *initial_path[1:]]
-    sys.path[:] = own + [entry for entry in APPENDED_PATH if entry not in own]
+    sys.path[:] = own + [entry for entry in appended_path if entry not in own]
     main = types.ModuleType("__main__")
     main.__dict__.update(
         __file__=path,
@@ -144,20 +149,16 @@ def fresh_process_state(cwd: str) -> None:
             setattr(process, "ORIGINAL_DIR", os.path.abspath(cwd))  # noqa: B010
 
 
-def become_script(
-    request: Mapping[str, Any],
-    fds: Sequence[int],
-    dispositions: Mapping[int, Any],
-    initial_path: Sequence[str],
-) -> NoReturn:
+def become_script(request: RunScript, fds: Sequence[int], context: ZygoteContext) -> NoReturn:
     """Run the request's script in this (just forked) process; never returns."""
     try:
         become_fresh(
-            str(request["marker"]), int(request["pgid"]), dispositions, dict(request["env"]),
-            str(request["cwd"]), fds=fds, close_all=True,  # what Popen(close_fds=True) leaves
+            str(request["marker"]), int(request["pgid"]), context.dispositions,
+            dict(request["env"]), str(request["cwd"]), fds=fds,
+            close_all=True,  # what Popen(close_fds=True) leaves
         )  # fmt: skip
         fresh_process_state(str(request["cwd"]))
-        size_thread_pools(BLAS_SETTERS, os.environ)
+        size_thread_pools(context.scripts.blas_setters, os.environ)
         fresh_stdio()
         before = list(sys.modules)
     except BaseException:
@@ -168,7 +169,8 @@ def become_script(
             traceback.print_exc()
             sys.stderr.flush()
         os._exit(SETUP_FAILED)
-    code, interrupted = run_file(str(request["file"]), initial_path)
+    scripts = context.scripts
+    code, interrupted = run_file(str(request["file"]), context.initial_path, scripts.appended_path)
     code = end_as_the_interpreter(code, before)
     if interrupted:  # as the interpreter does: end by the signal itself
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -86,6 +86,14 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted(os.path.join(os.path.realpath(r), "") for r in roots if r))
 
 
+def own_roots() -> tuple[str, ...]:
+    """Where Snakemake's and this plugin's code are: what they read is not the workflow's."""
+    import snakemake
+
+    roots = {os.path.dirname(snakemake.__file__), os.path.dirname(os.path.dirname(__file__))}
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+
+
 def _is_write(mode: Any, flags: Any) -> bool:
     if isinstance(mode, str):
         return any(c in mode for c in "wax+")

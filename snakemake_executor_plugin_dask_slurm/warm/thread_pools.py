@@ -3,8 +3,8 @@
 OpenBLAS (numpy's, which Snakemake imports through yte) sizes its thread pool when it
 loads, from the environment: a fresh interpreter's from the job's (``threads``, which
 Snakemake's shell exports), the zygote's from its own. In the zygote, :func:`find_blas_setters`
-finds how to resize its pools (:data:`BLAS_SETTERS`), or why scripts cannot run in it
-(:data:`POOLS_REASON`: another runtime that sized a pool at load); in a script's process,
+finds how to resize its pools, or why scripts cannot run in it (another runtime that sized
+a pool at load), kept in its :class:`.context.ScriptSetup`; in a script's process,
 :func:`size_thread_pools` sizes them from the job's environment.
 """
 
@@ -27,10 +27,6 @@ OPENBLAS_SYMBOLS = (
 #: Other runtimes that size a pool when they load (OpenMP, MKL, BLIS, TBB): with any of
 #: them loaded in the zygote, scripts go through the shell (no way to resize each here).
 OTHER_POOLS = ("libgomp", "libiomp", "libomp", "libmkl", "libblis", "libtbb")
-#: Set in the zygote (warm/script.py's ``install``): how to size its OpenBLAS pools in a script's
-#: process, or why scripts cannot run in it.
-BLAS_SETTERS: list[Any] = []
-POOLS_REASON: list[str] = []
 
 
 def loaded_libraries(maps: str) -> list[str]:

@@ -1,18 +1,18 @@
 """What runs on a Dask worker: one job's command, in its own process group, logged
 (a direct-way job's log only if it prints or fails: :mod:`.job_log`).
 
-This module is imported by every worker (it is also the workers' ``--preload`` module, so
-that ``dask_teardown`` kills whatever jobs are still running when a worker closes).
+This module is imported by every worker: it is also the workers' ``--preload`` module
+(clusters/spec.py, ``TASK_MODULE``), whose hooks are :mod:`.preload`'s, so that
+``dask_teardown`` kills whatever jobs are still running when a worker closes.
 Cancelling a Dask future does not stop a running task, so the plugin keeps every running
-command's process here, by task key, and kills the whole process group itself.
+command's process, by task key, and kills the whole process group itself: the jobs of
+this worker process are :data:`.running.JOBS`.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import dataclasses
-import json
 import os
 import resource
 import signal
@@ -22,33 +22,25 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import proctree, quick_exit, timing, warm_host
-from .clock import landing_from_env, late_words, too_late
+from .clock import late_words, too_late
 from .job_log import JobLog, copy_output, drain, make_log_dir
 from .logtail import read_tail
-from .waiting import Deadline, wait_until
+from .preload import STARTED_TOPIC as STARTED_TOPIC  # the topic, for the plugin's side
+from .preload import dask_setup as dask_setup  # Dask looks for the hooks here
+from .preload import dask_teardown as dask_teardown
+from .running import JOBS, KILL_GRACE_SECONDS, end_running_jobs, kill_later, signal_group
+from .waiting import Deadline
 from .warm_host import WarmLost, WarmProc
 from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, TooLate, Usage
 
 if TYPE_CHECKING:
     from resource import struct_rusage
 
-#: Seconds between SIGTERM and SIGKILL when a job is stopped.
-KILL_GRACE_SECONDS = 3.0
 #: Shorter at interpreter exit: the worker is already going (SIGKILL may follow).
 EXIT_GRACE_SECONDS = 1.0
-#: Seconds the housekeeping gathers what happened (jobs started, jobs ended) before it
-#: reports the starts and looks for daemons of the finished jobs: at most once this often.
-ORPHAN_SCAN_INTERVAL = 1.0
-#: Looks for daemons after a job ended: one of them may fork while it is being killed.
-SCANS_AFTER_AN_END = 2
-#: Seconds between looks for daemons when no job ends (adopted orphans that exited are
-#: reaped then): the only timer of an idle worker's housekeeping.
-QUIET_SCAN_INTERVAL = 30.0
 #: How much of a failed job's log comes back with its outcome.
 TAIL_LINES = 20
 _TMPDIR_VARS = ("TMPDIR", "TMP", "TEMP", "TEMPDIR")
@@ -58,24 +50,6 @@ LOST_JOB_TIMEOUT = 10.0
 
 #: A running job's process: started here, or forked on the warm path.
 Proc = subprocess.Popen[bytes] | WarmProc
-_running: dict[str, Proc] = {}
-#: Keys of jobs being started (not yet in _running): their processes are not orphans.
-_starting: set[str] = set()
-#: Keys of jobs that were stopped: one that has not started yet must never start.
-_stopped: set[str] = set()
-#: Set in a Dask worker (by ``dask_setup``), never in Snakemake's own process.
-_in_worker = False
-#: This worker's landing point (None: no time limit), from its environment.
-_landing_at: float | None = None
-_lock = threading.Lock()
-#: When each running job started (for the landing: what it has left to run).
-_began: dict[str, float] = {}
-#: Jobs started since the last report to the plugin (see :func:`_report_started`).
-_newly_started: list[str] = []
-#: Set when there is housekeeping to do (a job started or ended): see :func:`_housekeeping`.
-_chores = threading.Event()
-#: Looks for daemons still due (a job ended).
-_scans_due = 0
 
 
 def _environment(spec: TaskSpec) -> dict[str, str]:
@@ -110,14 +84,10 @@ def _popen(spec: TaskSpec) -> subprocess.Popen[bytes]:
 def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]:
     """Start the job: on the warm path if it can go there, else its command. The process,
     and why a general-way job went the cold way (None: it did not)."""
-    landing_at = _landing_at
+    landing_at = JOBS.landing_at
     if landing_at is not None and too_late(spec.needs, started, landing_at):
         raise TooLate(late_words(spec.needs, started, landing_at))
-    with _lock:
-        stopped = spec.key in _stopped
-        if not stopped:
-            _starting.add(spec.key)
-    if stopped:
+    if not JOBS.begin(spec.key):
         stop = "it was stopped before it started"
         raise JobFailed(TaskOutcome(-1, host, started, started, "", stop))
     cold = spec.cold
@@ -133,28 +103,19 @@ def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]
         if proc is None:
             proc = _popen(spec)
     except OSError as e:
-        with _lock:
-            _starting.discard(spec.key)
+        JOBS.abandon(spec.key)
         error = f"{type(e).__name__}: {e}"
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error)) from None
     except BaseException:
-        with _lock:
-            _starting.discard(spec.key)
+        JOBS.abandon(spec.key)
         raise
     _register(spec.key, proc, started)
     return proc, cold
 
 
 def _register(key: str, proc: Proc, started: float) -> None:
-    with _lock:
-        _running[key] = proc
-        _began[key] = started
-        _newly_started.append(key)
-        _starting.discard(key)
-        stopped = key in _stopped  # stopped while it was being started
-    _chores.set()
-    if stopped:
-        _signal_group(proc, signal.SIGTERM)
+    if JOBS.register(key, proc, started):  # stopped while it was being started
+        signal_group(proc, signal.SIGTERM)
 
 
 #: A job whose warm process died before it said the job started (pid 0: unknown) may
@@ -195,8 +156,7 @@ def _run_cold_after_loss(
             "it is not run again, so that no two copies run"
         )
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error))
-    with _lock:
-        stopped = spec.key in _stopped
+    stopped = JOBS.is_stopped(spec.key)
     log = JobLog(spec.log_path, append=True)
     if stopped:
         return -signal.SIGKILL, f"lost with its warm process: {reason}", log
@@ -209,7 +169,7 @@ def _run_cold_after_loss(
         copy_output(cold.pid, cold.stdout, log)
         returncode = _reap(cold)
     finally:
-        _signal_group(cold, signal.SIGKILL)
+        signal_group(cold, signal.SIGKILL)
         drain(cold.stdout, log)
     return returncode, f"its warm process died while it ran ({reason}): run again", log
 
@@ -252,12 +212,10 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
-        with _lock:
-            last = _running.pop(spec.key, proc)
-            _began.pop(spec.key, None)
-        _signal_group(proc, signal.SIGKILL)
-        _signal_group(last, signal.SIGKILL)
-        _ended()
+        last = JOBS.finish(spec.key, proc)
+        signal_group(proc, signal.SIGKILL)
+        signal_group(last, signal.SIGKILL)
+        JOBS.ended()
         if log is not None:
             if isinstance(proc, subprocess.Popen):
                 drain(proc.stdout, log)
@@ -359,22 +317,6 @@ def run_and_report(spec: TaskSpec) -> None:
     worker.log_event(EVENT_TOPIC, msg)
 
 
-def _signal_group(proc: Proc, sig: signal.Signals) -> None:
-    # The job's shell (or warm process) leads its group. A warm job whose warm process
-    # died before it said the job started has no known pid (0): never killpg(0), which
-    # would signal this worker's own group.
-    if proc.pid > 1:
-        proctree.signal_group(proc.pid, sig)
-
-
-def _kill_later(procs: list[Proc]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            _signal_group(proc, signal.SIGKILL)
-        # The group may outlive its leader (a background child): finish it too.
-        _signal_group(proc, signal.SIGKILL)
-
-
 def kill_tasks(keys: list[str], grace: float = KILL_GRACE_SECONDS) -> list[str]:
     """Stop the given tasks: running ones now, and those not started yet when they start.
 
@@ -382,14 +324,11 @@ def kill_tasks(keys: list[str], grace: float = KILL_GRACE_SECONDS) -> list[str]:
     without blocking the caller (this runs on the worker's event loop via
     ``Client.run``). Returns the keys that were running.
     """
-    with _lock:
-        _stopped.update(keys)
-        chosen = [p for k, p in _running.items() if k in _stopped]
-        running = sorted(k for k in _running if k in _stopped)
+    chosen, running = JOBS.stop(keys)
     for proc in chosen:
-        _signal_group(proc, signal.SIGTERM)
+        signal_group(proc, signal.SIGTERM)
     if chosen:
-        timer = threading.Timer(grace, _kill_later, args=(chosen,))
+        timer = threading.Timer(grace, kill_later, args=(chosen,))
         timer.daemon = True
         timer.start()
     return running
@@ -399,140 +338,12 @@ def withdraw_tasks(keys: list[str]) -> dict[str, float]:
     """Of ``keys``, those running here, with when each started; every other one of them
     will never start here (a landing withdraws what has not started). Atomic with
     :func:`_start`'s check: a job either runs already or never will."""
-    with _lock:
-        running = {k: _began.get(k, 0.0) for k in keys if k in _running or k in _starting}
-        _stopped.update(k for k in keys if k not in running)
-    return running
+    return JOBS.withdraw(keys)
 
 
 def running_tasks() -> list[str]:
     """Keys of the tasks whose commands are running on this worker."""
-    with _lock:
-        return sorted(_running)
-
-
-def end_orphans() -> list[int]:
-    """Kill the daemons of finished jobs: processes re-parented to this worker (a child
-    subreaper) whose job marker names no job that still runs here. Returns their pids."""
-    table = proctree.scan()
-    with _lock:
-        known = {proc.pid for proc in _running.values()} | warm_host.HOST.pids()
-        active = set(_running) | _starting
-    victims: list[int] = []
-    for pid in proctree.children_of(os.getpid(), table):
-        if pid in known:
-            continue
-        if not table[pid].alive:
-            proctree.reap([pid])
-            continue
-        key = proctree.job_marker(pid)
-        if key is not None and key not in active:
-            victims += proctree.descendants([pid], table)
-    proctree.send(victims, signal.SIGKILL)
-    return victims
-
-
-#: The Dask event topic on which a worker says, once a second, which jobs it started.
-STARTED_TOPIC = "dask-slurm-started"
-
-
-def _report_started(worker: Any) -> None:
-    """Tell the plugin which jobs started here since the last report: one small event a
-    second at most, not one per job. If the worker then dies, the plugin knows which of
-    its jobs were running (started), not merely waiting, even with no process left."""
-    with _lock:
-        keys = _newly_started[:]
-        _newly_started.clear()
-    if keys:
-        worker.log_event(STARTED_TOPIC, keys)
-
-
-def _ended() -> None:
-    """A job ended: its daemons (if it left any) are to be looked for."""
-    global _scans_due
-    with _lock:
-        _scans_due = SCANS_AFTER_AN_END
-    _chores.set()
-
-
-def _housekeeping(worker: Any, stop: threading.Event, orphans: bool) -> None:
-    """The worker's housekeeping: report started jobs; end daemons of finished jobs.
-
-    It sleeps until a job starts or ends (``_chores``), gathers for ORPHAN_SCAN_INTERVAL
-    what else happens meanwhile, then does what is due: the starts are reported once a
-    second at most, and the daemons of a job are looked for twice after it ended. While
-    jobs only run, it does not wake but every QUIET_SCAN_INTERVAL (adopted orphans that
-    exited by themselves are reaped then)."""
-    global _scans_due
-    while not stop.is_set():
-        quiet = not _chores.wait(QUIET_SCAN_INTERVAL)
-        if stop.wait(ORPHAN_SCAN_INTERVAL):
-            return
-        _chores.clear()  # before the chores: what happens during them wakes the next pass
-        with _lock:
-            scan = quiet or _scans_due > 0
-            _scans_due = max(0, _scans_due - 1)
-            if _scans_due:
-                _chores.set()
-        _chore(lambda: _report_started(worker))
-        if orphans and scan:
-            _chore(end_orphans)
-
-
-def _chore(chore: Callable[[], object]) -> None:
-    try:
-        chore()
-    except Exception:  # never let the thread die; the next pass tries again
-        return
-
-
-def dask_setup(worker: Any) -> None:
-    """Worker preload hook: adopt the jobs' orphans, and end those of finished jobs."""
-    global _in_worker, _landing_at
-    _in_worker = True
-    _landing_at = landing_from_env(os.environ)
-    os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
-    timing.open_task_log()
-    orphans = proctree.become_subreaper()
-    thread = threading.Thread(
-        target=_housekeeping,
-        args=(worker, threading.Event(), orphans),
-        name="dask-slurm-housekeeping",
-        daemon=True,
-    )
-    thread.start()
-
-
-def dask_teardown(worker: Any) -> None:
-    """Worker preload hook: a closing worker takes its jobs' processes with it, after
-    noting which ones it ran for its supervisor's record (see :mod:`.supervisor`)."""
-    _note_running(str(getattr(worker, "name", "")))
-    _end_running_jobs(KILL_GRACE_SECONDS)
-    proctree.kill_all_below(os.getpid(), timeout=1.0)
-
-
-def _note_running(name: str) -> None:
-    from .supervisor import RECORD_DIR_VARIABLE, running_path
-
-    directory = os.environ.get(RECORD_DIR_VARIABLE)
-    with _lock:
-        keys = sorted(_running)
-    if not directory or not keys:
-        return
-    with contextlib.suppress(OSError):
-        path = running_path(Path(directory), name, os.getpid())
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(keys))
-
-
-def _end_running_jobs(grace: float) -> None:
-    """SIGTERM every running job's process group, SIGKILL what is left after ``grace``."""
-    with _lock:
-        procs = list(_running.values())
-    for proc in procs:
-        _signal_group(proc, signal.SIGTERM)
-    wait_until(lambda: all(p.poll() is not None for p in procs), grace)
-    _kill_later(procs)
+    return JOBS.keys()
 
 
 @atexit.register
@@ -544,7 +355,7 @@ def _end_jobs_at_exit() -> None:
     proctrack/linuxproc or pgid no longer sees them (a cgroup would), and run on.
     Worker threads are daemons, so interpreter exit does not wait for them.
     """
-    _end_running_jobs(EXIT_GRACE_SECONDS)
-    if _in_worker:  # adopted daemons too; never in Snakemake's own process
+    end_running_jobs(EXIT_GRACE_SECONDS)
+    if JOBS.in_worker:  # adopted daemons too; never in Snakemake's own process
         proctree.kill_all_below(os.getpid(), timeout=1.0)
         quick_exit.skip_final_collections()  # the worker leaves at once

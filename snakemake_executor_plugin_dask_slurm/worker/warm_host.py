@@ -34,10 +34,27 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from .proctree import JOB_MARKER, describe_exit
-from .warm_protocol import SLOT_VARIABLE, Inbox, Op, Outbox, hang_bounds, receive, slot_value
+from .warm_protocol import (
+    SLOT_VARIABLE,
+    Cold,
+    Exit,
+    Exited,
+    Failed,
+    Inbox,
+    Lost,
+    Op,
+    Outbox,
+    Ping,
+    Received,
+    Run,
+    Started,
+    hang_bounds,
+    receive,
+    slot_value,
+)
 from .wire import TaskSpec
 
 ZYGOTE_MODULE = "snakemake_executor_plugin_dask_slurm.warm.zygote"
@@ -151,15 +168,15 @@ class _Zygote:
                 pending.resolve(self.failed or "the warm process is gone")
                 return pending
             self.pending[spec.key] = pending
-        msg = {
-            "op": Op.RUN,
-            "key": spec.key,
-            "argv": list(spec.warm.argv),
-            "env": [list(pair) for pair in (*spec.env, *spec.warm.exports)],
-            "cwd": spec.cwd,
-            "log": spec.log_path,
-            "group": spec.warm.group,
-        }
+        msg = Run(
+            op=Op.RUN,
+            key=spec.key,
+            argv=list(spec.warm.argv),
+            env=[*spec.env, *spec.warm.exports],
+            cwd=spec.cwd,
+            log=spec.log_path,
+            group=spec.warm.group,
+        )
         with contextlib.suppress(OSError):  # the reader sees the end and settles it
             self.outbox.send(msg)
         return pending
@@ -193,7 +210,7 @@ class _Zygote:
             self._heard.clear()
             n += 1
             asked = time.monotonic()
-            sent = self.outbox.try_send({"op": Op.PING, "n": n})
+            sent = self.outbox.try_send(Ping(op=Op.PING, n=n))
             if sent == "broken":
                 self._kill_hung("could not be asked whether it still answers")
                 return
@@ -219,37 +236,40 @@ class _Zygote:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)  # the reader then settles its jobs
 
-    def _handle(self, msg: dict[str, Any]) -> None:
+    def _handle(self, msg: Received) -> None:
         op, key = msg.get("op"), str(msg.get("key"))
         self._heard.set()
         with self._lock:
             if op == Op.READY:
                 self.ready = True
             elif op == Op.FAILED:
-                self.failed = f"the warm process could not start: {msg.get('reason')}"
+                reason = cast(Failed, msg).get("reason")
+                self.failed = f"the warm process could not start: {reason}"
             elif op == Op.STARTED:
                 pending = self.pending.pop(key, None)
-                proc = WarmProc(key, int(msg["pid"]))
+                proc = WarmProc(key, int(cast(Started, msg)["pid"]))
                 self.running[key] = proc
                 if pending is not None:
                     pending.resolve(proc)
             elif op == Op.COLD:
                 pending = self.pending.pop(key, None)
                 if pending is not None:
-                    pending.resolve(str(msg.get("reason")))
+                    pending.resolve(str(cast(Cold, msg).get("reason")))
             elif op == Op.LOST and key in self.pending:  # it may have started: never cold
-                self.pending.pop(key).resolve(_lost(key, str(msg.get("reason"))))
-            elif op in (Op.EXITED, Op.LOST):
-                found = self.running.pop(key, None)
-                if found is not None:
-                    status = msg.get("status")
-                    usage = msg.get("usage")
-                    if isinstance(usage, list | tuple) and len(usage) == 3:
-                        found.cpu, found.maxrss_kb, found.floor_kb = usage
-                    found._finish(
-                        int(status) if op == Op.EXITED and isinstance(status, int) else None,
-                        None if op == Op.EXITED else str(msg.get("reason")),
-                    )
+                self.pending.pop(key).resolve(_lost(key, str(cast(Lost, msg).get("reason"))))
+            elif op == Op.EXITED:
+                exited = cast(Exited, msg)
+                self._ended(key, exited.get("status"), exited.get("usage"), None)
+            elif op == Op.LOST:  # (a lost job has no figures; read as an exit's would be)
+                self._ended(key, None, msg.get("usage"), str(cast(Lost, msg).get("reason")))
+
+    def _ended(self, key: str, status: object, usage: object, lost: str | None) -> None:
+        """A running job's process ended (``exited``), or was lost with its warm process."""
+        found = self.running.pop(key, None)
+        if found is not None:
+            if isinstance(usage, list | tuple) and len(usage) == 3:
+                found.cpu, found.maxrss_kb, found.floor_kb = usage
+            found._finish(int(status) if isinstance(status, int) else None, lost)
 
     def _gone(self) -> None:
         """The warm process closed its end: it died (or never started)."""
@@ -273,7 +293,7 @@ class _Zygote:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
-            self.outbox.send({"op": Op.EXIT})
+            self.outbox.send(Exit(op=Op.EXIT))
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 

@@ -6,35 +6,26 @@ Both sides send whole messages with one ``sendall`` under a lock, and read them 
 :class:`Inbox` that cuts a byte stream into messages (the warm process reads without
 blocking, from a selector).
 
-Worker -> warm process:
+Every operation is one member of :class:`Op` (the wire carries its string), and every
+message one ``TypedDict`` below, which both sides import: they build messages with it and
+read a message as it once its ``op`` is known (the wire is JSON: readers still read with
+``.get`` what they do not rely on).
 
-- ``{"op": "run", "key", "argv", "env", "cwd", "log", "group"}``: run one job: ``argv``
-  are the arguments of ``python -m snakemake`` in Snakemake's job command, ``env`` what the
-  job adds to the worker's environment, ``log`` where its output goes.
-- ``{"op": "exit"}``: the worker is closing.
-- ``{"op": "ping", "n"}``: answer ``pong`` with the same ``n`` (see :func:`hang_bounds`).
-
-Warm process -> worker:
-
-- ``{"op": "ready", "pid", "seconds"}`` / ``{"op": "failed", "reason"}``: once, at start.
-- ``{"op": "started", "key", "pid"}``: the job's process runs (it leads its own group).
-- ``{"op": "exited", "key", "status"}``: it ended (a return code; negative: a signal).
-- ``{"op": "cold", "key", "reason"}``: it was not started; run it the cold way.
-- ``{"op": "lost", "key", "reason"}``: the warm process that ran it died; its processes
-  may still run (the worker ends them, then runs it the cold way).
-- ``{"op": "pong", "n"}``: the answer to a ``ping``.
-
-The zygote asks each primed server the same (``ping``/``pong``) once it has primed.
-
-Between the zygote and a primed server (warm/primed.py): ``run`` and ``ping`` as above, and
-``retire`` (fork no more, exit when the running jobs end); the server answers ``started``,
-``exited`` (with the job's ``usage``), ``pong``, ``stale`` (``key``, ``path``: a file the
-parse read has changed: the job goes to a new server) and ``unsupported`` (``reason``: this
-job command cannot be primed: its jobs go cold). A warm job's process asks the zygote for
-``script`` (a Python script's process, forked from it: warm/script.py), and a group's
-warm process for ``run`` of a member (warm/member.py), over the zygote's abstract socket.
-
-Every operation is one member of :class:`Op`; the wire carries its string.
+- Worker -> warm process: :class:`Run` (one job), :class:`Exit` (the worker is closing),
+  :class:`Ping` (answer :class:`Pong` with the same ``n``; see :func:`hang_bounds`).
+- Warm process -> worker: :class:`Ready` or :class:`Failed` (once, at start),
+  :class:`Started` (the job's process runs, leading its own group), :class:`Exited` (it
+  ended), :class:`Cold` (it was not started: run it the cold way), :class:`Lost` (the
+  warm process that ran it died; its processes may still run: the worker ends them, then
+  runs it the cold way), :class:`Pong`.
+- The zygote and a primed server (warm/primed.py): :class:`Run` and :class:`Ping` as
+  above, and :class:`Retire` (fork no more, exit when the running jobs end); the server
+  answers :class:`Started`, :class:`Exited` (with the job's ``usage``), :class:`Pong`,
+  :class:`Stale` (a file the parse read has changed: the job goes to a new server) and
+  :class:`Unsupported` (this job command cannot be primed: its jobs go cold).
+- Over the zygote's abstract socket: a warm job's process asks for :class:`RunScript` (a
+  Python script's process, forked from the zygote: warm/script.py), and a group's warm
+  process for :class:`Run` of a member (warm/member.py); the answers are the worker's.
 """
 
 from __future__ import annotations
@@ -43,9 +34,9 @@ import json
 import socket
 import struct
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class Op(StrEnum):
@@ -65,6 +56,128 @@ class Op(StrEnum):
     SCRIPT = "script"  # a warm job's Python script: fork its process from the zygote
     UNSUPPORTED = "unsupported"  # a primed server cannot parse this job command
     STALE = "stale"  # a file the server's parse read has changed
+
+
+#: An environment as the wire carries it: (name, value) pairs.
+Pairs = Sequence[tuple[str, str]]
+
+
+class Run(TypedDict):
+    """Run one job: ``argv`` are the arguments of ``python -m snakemake`` in Snakemake's
+    job command, ``env`` what the job adds to the worker's environment."""
+
+    op: Literal[Op.RUN]
+    key: str
+    argv: Sequence[str]
+    env: Pairs
+    cwd: str
+    #: From the worker: where the job's output goes, and whether it is a group job.
+    log: NotRequired[str]
+    group: NotRequired[bool]
+    #: From a group's member (warm/member.py): its group job's key (its marker), its whole
+    #: environment, its interpreter, its group job's process group, how many file
+    #: descriptors (stdin, stdout, stderr) came with it.
+    marker: NotRequired[str]
+    full_env: NotRequired[bool]
+    python: NotRequired[str]
+    pgid: NotRequired[int]
+    fds: NotRequired[int]
+    #: Added where it is received: those file descriptors.
+    _fds: NotRequired[list[int]]
+
+
+class RunScript(TypedDict):
+    """Fork a warm job's Python script's process from the zygote (warm/script.py)."""
+
+    op: Literal[Op.SCRIPT]
+    key: str
+    marker: str
+    file: str
+    env: Pairs
+    cwd: str
+    pgid: int
+    fds: int
+
+
+class Exit(TypedDict):
+    op: Literal[Op.EXIT]
+
+
+class Ping(TypedDict):
+    op: Literal[Op.PING]
+    n: NotRequired[int]  # the worker's count (the zygote asks its servers without one)
+
+
+class Pong(TypedDict):
+    op: Literal[Op.PONG]
+    n: NotRequired[int]
+
+
+class Ready(TypedDict):
+    op: Literal[Op.READY]
+    pid: int
+    seconds: float
+
+
+class Failed(TypedDict):
+    op: Literal[Op.FAILED]
+    reason: str
+
+
+class Started(TypedDict):
+    op: Literal[Op.STARTED]
+    key: str
+    pid: int
+
+
+class Exited(TypedDict):
+    """The job's process ended: its return code (negative: a signal), and what it used
+    as the process that reaped it measured (CPU seconds, peak RSS, that process's own
+    peak: see worker.wire.Usage)."""
+
+    op: Literal[Op.EXITED]
+    key: str
+    status: int
+    usage: NotRequired[Sequence[float] | None]
+
+
+class Cold(TypedDict):
+    op: Literal[Op.COLD]
+    key: str
+    reason: str
+
+
+class Lost(TypedDict):
+    op: Literal[Op.LOST]
+    key: str
+    reason: str
+
+
+class Retire(TypedDict):
+    op: Literal[Op.RETIRE]
+
+
+class Stale(TypedDict):
+    op: Literal[Op.STALE]
+    key: str
+    #: The file that changed (None: the server had retired already).
+    path: str | None
+
+
+class Unsupported(TypedDict):
+    op: Literal[Op.UNSUPPORTED]
+    reason: str
+
+
+#: Any message of the protocol.
+Message = (
+    Run | RunScript | Exit | Ping | Pong | Ready | Failed | Started | Exited | Cold | Lost
+    | Retire | Stale | Unsupported
+)  # fmt: skip
+#: The warm side's messages about one job (each carries its key).
+JobMessage = Started | Exited | Cold | Lost
+#: A message as it comes off the wire (JSON), before its ``op`` is looked at.
+Received = dict[str, Any]
 
 
 #: The warm process's placeholder for the job marker of a forked job's process: an
@@ -103,7 +216,7 @@ _HEADER = struct.Struct("!I")
 MAX_MESSAGE = 64 * 1024 * 1024
 
 
-def encode(msg: dict[str, Any]) -> bytes:
+def encode(msg: Message) -> bytes:
     data = json.dumps(msg, separators=(",", ":")).encode()
     return _HEADER.pack(len(data)) + data
 
@@ -115,12 +228,12 @@ class Outbox:
         self.sock = sock
         self._lock = threading.Lock()
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: Message) -> None:
         data = encode(msg)
         with self._lock:
             self.sock.sendall(data)
 
-    def try_send(self, msg: dict[str, Any]) -> str:
+    def try_send(self, msg: Message) -> str:
         """Send ``msg`` without waiting, for a question to a process that may be hung:
         "sent"; "full" if nothing could be sent now (another sender is blocked, or the
         peer's buffer is full: it does not read); "broken" if only part of it went (the
@@ -145,7 +258,7 @@ class Inbox:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes) -> list[Received]:
         self._buffer += data
         found = []
         while len(self._buffer) >= _HEADER.size:
@@ -162,7 +275,7 @@ class Inbox:
         return found
 
 
-def receive(sock: socket.socket, inbox: Inbox) -> list[dict[str, Any]] | None:
+def receive(sock: socket.socket, inbox: Inbox) -> list[Received] | None:
     """The messages of one (blocking) read; None at the end of the stream."""
     try:
         data = sock.recv(1 << 16)

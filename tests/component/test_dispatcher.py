@@ -238,13 +238,13 @@ def test_a_job_too_late_for_its_worker_comes_back_to_go_elsewhere(
 
     woken = threading.Event()
     dispatcher = Dispatcher(client, woken.set)
-    worker_task._landing_at = time.time() + 5.0  # the in-process worker's landing point
+    worker_task.JOBS.landing_at = time.time() + 5.0  # the in-process worker's landing point
     try:
         late = dataclasses.replace(spec(tmp_path, "late", "touch late.started"), needs=60.0)
         dispatcher.submit_many([(late, {"cpus": 1})])
         (finished,) = wait_for(dispatcher, 1, woken)
     finally:
-        worker_task._landing_at = None
+        worker_task.JOBS.landing_at = None
     assert finished.too_late and not finished.ok and finished.outcome is None
     assert finished.problem and finished.problem.startswith("not started: it needs about 60 s")
     assert not (tmp_path / "late.started").exists()
@@ -253,7 +253,7 @@ def test_a_job_too_late_for_its_worker_comes_back_to_go_elsewhere(
 def test_a_worker_says_which_jobs_started_whatever_the_events_container(
     client: Client, tmp_path: Path
 ) -> None:
-    # The worker reports started jobs once a second (worker.task._report_started); a lost
+    # The worker reports started jobs once a second (worker.preload.report_started); a lost
     # worker's jobs are told "running" or "waiting" from it. The keys arrive as a list
     # in-process and as a tuple through a scheduler on another host (msgpack): both count.
     dispatcher = Dispatcher(client, lambda: None)

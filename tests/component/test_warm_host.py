@@ -51,10 +51,10 @@ def test_started_and_exited_reach_the_waiting_job() -> None:
 
 UNKNOWN_PID = """
 import signal
-from snakemake_executor_plugin_dask_slurm.worker import proctree, task
+from snakemake_executor_plugin_dask_slurm.worker import proctree, running
 from snakemake_executor_plugin_dask_slurm.worker.warm_host import WarmProc
 proc = WarmProc("k", 0)
-task._signal_group(proc, signal.SIGKILL)
+running.signal_group(proc, signal.SIGKILL)
 proctree.signal_group(0, signal.SIGKILL)
 proctree.signal_group(1, signal.SIGKILL)
 print("alive")

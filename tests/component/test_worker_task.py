@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.worker import preload
 from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
 from snakemake_executor_plugin_dask_slurm.worker.job_log import keep_log
+from snakemake_executor_plugin_dask_slurm.worker.running import JOBS, SCANS_AFTER_AN_END
 from snakemake_executor_plugin_dask_slurm.worker.task import (
     kill_tasks,
     read_tail,
@@ -34,11 +36,11 @@ from tests.waiting import eventually
 def fresh_worker_state() -> Iterator[None]:
     # Module state of one worker process; each test plays a fresh worker. The in-process
     # workers of other tests share it: no landing point is left behind.
-    worker_task._stopped.clear()
-    worker_task._newly_started.clear()
-    worker_task._landing_at = None
+    JOBS.stopped.clear()
+    JOBS.newly_started.clear()
+    JOBS.landing_at = None
     yield
-    worker_task._landing_at = None
+    JOBS.landing_at = None
 
 
 def spec(tmp_path: Path, script: str, key: str = "k1", tmpdir: str | None = None) -> TaskSpec:
@@ -138,6 +140,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_the_module_dask_preloads_in_every_worker_has_the_workers_hooks() -> None:
+    import importlib
+
+    from snakemake_executor_plugin_dask_slurm.worker import TASK_MODULE
+
+    module = importlib.import_module(TASK_MODULE)  # what clusters/spec.py gives --preload
+    assert module.dask_setup is preload.dask_setup
+    assert module.dask_teardown is preload.dask_teardown
+
+
 def test_dask_teardown_kills_running_jobs(tmp_path: Path) -> None:
     result: list[worker_task.TaskOutcome] = []
     thread = threading.Thread(
@@ -205,12 +217,12 @@ class EventLog:
 
 def test_a_worker_reports_which_jobs_it_started_once_a_second_at_most(tmp_path: Path) -> None:
     worker = EventLog()
-    worker_task._report_started(worker)  # nothing new: nothing said
+    preload.report_started(worker)  # nothing new: nothing said
     for key in ("r1", "r2"):
         run_task(spec(tmp_path, "true", key=key))
-    worker_task._report_started(worker)
-    worker_task._report_started(worker)  # said once
-    assert worker.events == [(worker_task.STARTED_TOPIC, ["r1", "r2"])]
+    preload.report_started(worker)
+    preload.report_started(worker)  # said once
+    assert worker.events == [(preload.STARTED_TOPIC, ["r1", "r2"])]
 
 
 def test_withdraw_keeps_what_runs_and_stops_the_rest_from_starting(tmp_path: Path) -> None:
@@ -233,7 +245,7 @@ def test_withdraw_keeps_what_runs_and_stops_the_rest_from_starting(tmp_path: Pat
 def test_a_worker_starts_no_job_that_cannot_finish_before_its_landing_point(
     tmp_path: Path,
 ) -> None:
-    worker_task._landing_at = time.time() + 5.0
+    JOBS.landing_at = time.time() + 5.0
     marker = tmp_path / "ran"
     late = dataclasses.replace(spec(tmp_path, f"touch {marker}", key="late"), needs=10.0)
     with pytest.raises(TooLate) as caught:
@@ -242,7 +254,7 @@ def test_a_worker_starts_no_job_that_cannot_finish_before_its_landing_point(
     assert not marker.exists() and worker_task.running_tasks() == []
     assert run_task(dataclasses.replace(late, needs=1.0)).returncode == 0  # fits
     assert run_task(dataclasses.replace(late, needs=None)).returncode == 0  # unknown: fits
-    worker_task._landing_at = time.time() - 1.0  # landed: nothing starts
+    JOBS.landing_at = time.time() - 1.0  # landed: nothing starts
     with pytest.raises(TooLate, match="its worker reached its landing point"):
         run_task(dataclasses.replace(late, needs=None))
 
@@ -394,27 +406,27 @@ def test_a_job_reaped_under_its_waiter_still_ends_its_task(tmp_path: Path) -> No
 def test_the_housekeeping_reports_starts_when_jobs_start_and_sleeps_otherwise(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker_task, "ORPHAN_SCAN_INTERVAL", 0.1)
+    monkeypatch.setattr(preload, "ORPHAN_SCAN_INTERVAL", 0.1)
     scans: list[float] = []
-    monkeypatch.setattr(worker_task, "end_orphans", lambda: scans.append(time.monotonic()))
+    monkeypatch.setattr(preload, "end_orphans", lambda: scans.append(time.monotonic()))
     worker, stop = EventLog(), threading.Event()
-    worker_task._chores.clear()
-    monkeypatch.setattr(worker_task, "_scans_due", 0)  # what the other tests' jobs left
+    JOBS.chores.clear()
+    monkeypatch.setattr(JOBS, "scans_due", 0)  # what the other tests' jobs left
     args = (worker, stop, True)
-    thread = threading.Thread(target=worker_task._housekeeping, args=args, daemon=True)
+    thread = threading.Thread(target=preload.housekeeping, args=args, daemon=True)
     thread.start()
     try:
         time.sleep(0.5)
         assert worker.events == [] and scans == []  # nothing happened: nothing done
         run_task(spec(tmp_path, "true", key="h1"))
         eventually("the start reported", lambda: worker.events != [], 5, 0.02)
-        assert worker.events == [(worker_task.STARTED_TOPIC, ["h1"])]
+        assert worker.events == [(preload.STARTED_TOPIC, ["h1"])]
         eventually("two looks for its daemons", lambda: len(scans) >= 2, 5, 0.02)
         time.sleep(0.5)
-        assert len(scans) == worker_task.SCANS_AFTER_AN_END
+        assert len(scans) == SCANS_AFTER_AN_END
     finally:
         stop.set()
-        worker_task._chores.set()
+        JOBS.chores.set()
         thread.join(5)
 
 

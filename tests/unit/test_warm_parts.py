@@ -94,6 +94,18 @@ def test_a_job_command_gives_its_interpreter_arguments_and_exports() -> None:
     assert member.cd == "/w" and member.argv == ("--mode", "subprocess")
 
 
+def test_a_members_request_names_the_group_job_it_is_given() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm import member
+
+    command = "cd '/w' && export A='1' && /venv/bin/python -m snakemake --mode 'subprocess'"
+    first, second = member.request_for(command, "g"), member.request_for(command, "g")
+    assert first is not None and second is not None
+    assert first["marker"] == "g" and first["key"].startswith("g/member")
+    assert first["key"] != second["key"] and first["cwd"] == "/w"
+    assert ("A", "1") in first["env"] and first["argv"] == ["--mode", "subprocess"]
+    assert member.request_for("python -m snakemake", "g") is None  # no cd: as before
+
+
 @pytest.mark.parametrize(
     "command",
     [
@@ -208,19 +220,126 @@ def test_the_snakemake_internals_the_warm_path_uses_are_there() -> None:
 def test_a_groups_warm_members_are_counted_as_wait4_would_count_its_children() -> None:
     """(cpu seconds, peak RSS, RSS floor): CPU adds up, the larger peak wins with its own
     floor; a member's figures go to its group job, and a job without members is unchanged."""
-    from snakemake_executor_plugin_dask_slurm.warm.zygote import Zygote, _together
+    from snakemake_executor_plugin_dask_slurm.warm.tasks import Tasks, together
 
-    assert _together(None, [1.5, 300, 80]) == (1.5, 300, 80)
-    assert _together((1.5, 300, 80), [0.25, 90, 85]) == (1.75, 300, 80)
-    assert _together((0.25, 90, 85), (1.5, 300, 80)) == (1.75, 300, 80)
-    zygote = Zygote.__new__(Zygote)  # only its bookkeeping: no socket, no fork
-    zygote.member_of, zygote.members_used = {"g/member1-7": "g", "g/member2-7": "g"}, {}
-    assert zygote.add_members("g/member1-7", [0.5, 200, 90]) == [0.5, 200, 90]
-    assert zygote.add_members("g/member2-7", [0.5, 100, 90]) == [0.5, 100, 90]
-    assert zygote.add_members("g", [0.25, 150, 95]) == (1.25, 200, 90)
-    assert zygote.add_members("other", [0.25, 150, 95]) == [0.25, 150, 95]
-    assert zygote.add_members("g/member3-7", None) is None  # not a member: left as it is
-    assert zygote.member_of == {} and zygote.members_used == {}
+    assert together(None, [1.5, 300, 80]) == (1.5, 300, 80)
+    assert together((1.5, 300, 80), [0.25, 90, 85]) == (1.75, 300, 80)
+    assert together((0.25, 90, 85), (1.5, 300, 80)) == (1.75, 300, 80)
+    tasks = Tasks()  # the zygote's bookkeeping alone: no socket, no fork
+    for member in ("g/member1-7", "g/member2-7"):
+        tasks.open(member).group = "g"
+    tasks.open("g")
+    assert tasks.add_members("g/member1-7", [0.5, 200, 90]) == [0.5, 200, 90]
+    assert tasks.add_members("g/member2-7", [0.5, 100, 90]) == [0.5, 100, 90]
+    tasks.add_used("g", (0.25, 50, 90))  # a warm script of the group job
+    assert tasks.add_members("g", [0.25, 150, 95]) == (1.5, 200, 90)
+    assert tasks.add_members("other", [0.25, 150, 95]) == [0.25, 150, 95]
+    assert tasks.add_members("g/member3-7", None) is None  # not a member: left as it is
+    assert all(task.group is None and task.used is None for _, task in tasks)
+
+
+def test_a_task_record_lives_from_its_request_until_its_end_is_relayed(tmp_path: Path) -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.tasks import Tasks
+
+    tasks = Tasks()
+    record = tasks.open("m")
+    assert tasks.open("m") is record and tasks.origin("m") is None  # the worker's
+    read, write = os.pipe()
+    record.fds, record.request = [read, write], {"key": "m"}
+    assert tasks.take_request("m") == {"key": "m"} and tasks.take_request("m") is None
+    tasks.settle("m")  # started: the descriptors it came with are closed
+    assert record.fds == []
+    with pytest.raises(OSError):
+        os.fstat(read)
+    tasks.end("m")
+    assert tasks.get("m") is None and list(tasks) == []
+    tasks.settle("gone")  # nothing to settle: no record made
+    assert tasks.get("gone") is None
+
+
+def test_a_command_whose_sources_keep_changing_goes_cold() -> None:
+    from snakemake_executor_plugin_dask_slurm.warm.tasks import STALE_LIMIT, Command
+
+    command = Command(server=42)
+    for _ in range(STALE_LIMIT):
+        command.changed("/w/config.yaml")
+    assert command.refused is None and command.stale == STALE_LIMIT
+    command.changed("/w/config.yaml")
+    assert command.refused == (
+        f"the workflow's sources changed {STALE_LIMIT + 1} times during the run (last: "
+        "/w/config.yaml): each change costs a new parse"
+    )
+
+
+def test_a_request_goes_cold_from_another_directory_interpreter_or_with_a_marker(
+    tmp_path: Path,
+) -> None:
+    import sys
+
+    from snakemake_executor_plugin_dask_slurm.warm.tasks import command_key, why_cold
+
+    request = {"key": "k", "argv": ["--cores", "2", "--attempt", "1"], "env": [], "cwd": "."}
+    assert why_cold(dict(request, cwd=str(tmp_path)), str(tmp_path)) is None
+    assert why_cold(dict(request, cwd=str(tmp_path), python=sys.executable), str(tmp_path)) is None
+    assert "working directory" in str(why_cold(request, str(tmp_path)))
+    found = why_cold(dict(request, cwd=str(tmp_path), python="/other/python"), str(tmp_path))
+    assert "interpreter" in str(found)
+    found = why_cold(dict(request, cwd=str(tmp_path), key="k" * 600), str(tmp_path))
+    assert "too long" in str(found)
+    found = why_cold(dict(request, cwd=str(tmp_path), env=[["DASK_SLURM_JOB", "x"]]), str(tmp_path))
+    assert found == "its environment sets DASK_SLURM_JOB"
+    again = dict(request, key="other", argv=["--cores", "2", "--attempt", "2"])
+    assert command_key(again, NARGS) == command_key(request, NARGS)
+    assert command_key(dict(request, env=[["A", "1"]]), NARGS) != command_key(request, NARGS)
+
+
+def test_one_reaper_hands_on_ended_scripts_and_keeps_a_servers_end() -> None:
+    """The zygote's children, reaped in one loop: a script's status and figures are handed
+    on; a server's end, in words, waits on it until its socket's end is read. (In a fork
+    of the test's process, whose reaper would take any child of pytest's.)"""
+    import socket
+    import time
+    import traceback
+
+    from snakemake_executor_plugin_dask_slurm.warm.children import Children, Script, Server
+    from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import Outbox
+
+    def child(code: int) -> int:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child)
+            os._exit(code)
+        return pid
+
+    def check() -> None:
+        children = Children()
+        mine, theirs = socket.socketpair()
+        script = Script(child(3), "k/script1-9", "k", Outbox(mine))
+        server = Server(child(5), theirs, "command")
+        children.add(script)
+        children.add(server)
+        server.running.add("k")
+        assert children.runs("k") and children.servers() == [server]
+        deadline, ended = time.monotonic() + 5, []
+        while not ended and time.monotonic() < deadline:
+            ended += children.reap()
+            time.sleep(0.01)
+        assert ended == [script] and script.status is not None and script.rusage is not None
+        assert os.waitstatus_to_exitcode(script.status) == 3
+        assert children.server_ended(server) == "exited with code 5"
+        assert children.servers() == [server]  # until its socket's end is read
+        children.remove(server)
+        assert children.table == {} and children.reap() == []
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        try:
+            check()
+            os._exit(0)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "see the traceback above"
 
 
 # -- a warm job's Python script (warm/script.py) --------------------------------------------
@@ -543,3 +662,40 @@ def test_a_warm_script_ends_as_the_interpreter_would() -> None:
     assert "Exception ignored in" in said.getvalue() and "No space left" in said.getvalue()
     assert "Traceback" not in said.getvalue()  # as the interpreter prints it: no frames
     assert flush_std_streams()  # the test's own streams flush
+
+
+# -- the warm protocol (worker/warm_protocol.py) ---------------------------------------------
+
+
+def test_every_operation_has_one_typed_message() -> None:
+    from typing import get_args, get_type_hints
+
+    from snakemake_executor_plugin_dask_slurm.worker import warm_protocol as protocol
+
+    kinds = get_args(protocol.Message)
+    ops = [get_args(get_type_hints(kind)["op"])[0] for kind in kinds]
+    assert sorted(ops) == sorted(protocol.Op) and len(kinds) == len(protocol.Op)
+    assert set(get_args(protocol.JobMessage)) <= set(kinds)
+
+
+def test_a_typed_message_goes_on_the_wire_as_the_json_it_always_was() -> None:
+    from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import (
+        Inbox,
+        Op,
+        Run,
+        Started,
+        encode,
+    )
+
+    started = encode(Started(op=Op.STARTED, key="k", pid=7))
+    assert started == (34).to_bytes(4, "big") + b'{"op":"started","key":"k","pid":7}'
+    run = Run(op=Op.RUN, key="k", argv=["--cores", "1"], env=[("A", "1")], cwd="/w", group=False)
+    text = (
+        b'{"op":"run","key":"k","argv":["--cores","1"],"env":[["A","1"]],"cwd":"/w","group":false}'
+    )
+    assert encode(run)[4:] == text
+    assert Inbox().feed(encode(run) + started) == [
+        {"op": "run", "key": "k", "argv": ["--cores", "1"], "env": [["A", "1"]], "cwd": "/w",
+         "group": False},
+        {"op": "started", "key": "k", "pid": 7},
+    ]  # fmt: skip

@@ -1,0 +1,54 @@
+"""What the zygote found once at start-up, handed down to every process forked from it.
+
+The zygote (:mod:`.zygote`) makes one :class:`ZygoteContext` before it says it is ready
+and passes it, as an argument, to what it forks: a primed server (:mod:`.primed`), each
+job's process (:mod:`.child`), a group's members (:mod:`.member`), a warm script's process
+(:mod:`.script_run`). A forked process has its own copy of it, like the rest of the
+zygote's memory; nothing sets it from elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ScriptSetup:
+    """What :func:`.script.install` found in the zygote for warm jobs' Python scripts
+    (all empty when it installed nothing)."""
+
+    #: The bash ``shell()`` uses by default (None: scripts go through the shell).
+    default_bash: str | None = None
+    #: What ``import snakemake`` appends to ``sys.path`` (its pip deployments), which a
+    #: fresh script's preamble does when it imports Snakemake.
+    appended_path: tuple[str, ...] = ()
+    #: How to size the zygote's OpenBLAS pools in a script's process
+    #: (:func:`.thread_pools.find_blas_setters`), or why scripts cannot run in it.
+    blas_setters: tuple[Any, ...] = ()
+    pools_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ZygoteContext:
+    """The zygote's start, as every process forked from it needs it."""
+
+    #: The zygote's listening address in the abstract namespace: known to the servers and
+    #: jobs forked from it only (a group's members and warm scripts connect to it).
+    address: str
+    #: The signal dispositions the zygote started with: a fresh process's.
+    dispositions: Mapping[int, Any]
+    #: ``sys.path`` as the zygote's interpreter started: what a script's ``python FILE``
+    #: has after its own directory.
+    initial_path: tuple[str, ...]
+    #: The zygote's environment (without the marker's slot): what a job's adds to.
+    base_env: Mapping[str, str]
+    scripts: ScriptSetup = ScriptSetup()
+
+
+def listening_address() -> str:
+    """A new name for the zygote's listening socket in the abstract namespace."""
+    return f"\0dask-slurm-warm-{os.getpid()}-{secrets.token_hex(8)}"

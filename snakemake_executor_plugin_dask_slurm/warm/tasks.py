@@ -1,0 +1,169 @@
+"""What the zygote knows of each task it handles and of each job command: its bookkeeping,
+apart from its sockets and forks, so that it can be tested alone.
+
+A :class:`Task` lives from its request (the worker's, a group member's or a warm script's)
+until its end is relayed (``exited``, ``cold`` or ``lost``). A job's request goes to the
+primed server of its :class:`Command`: its arguments without the per-job ones, its
+environment and working directory (:func:`command_key`), unless it must go the cold way
+(:func:`why_cold`, :attr:`Command.refused`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..worker.proctree import JOB_MARKER
+from ..worker.warm_protocol import Outbox, Run
+from . import marker, snakemake_side
+from .member import close_fds
+
+#: A command whose workflow sources changed more often than this goes the cold way.
+STALE_LIMIT = 3
+
+#: What a process used, as ``wait4`` of its parent says: (CPU seconds, peak RSS, the RSS
+#: floor it inherited; see worker.wire.Usage).
+Used = tuple[float, int, int]
+
+
+@dataclass(eq=False)
+class Task:
+    """One task, from its request until its end is relayed."""
+
+    #: Where its messages go: a group member's or a script's connection (None: the worker).
+    origin: Outbox | None = None
+    #: The file descriptors its request came with (a member's or script's stdin, stdout
+    #: and stderr), until it started or went cold.
+    fds: list[int] = field(default_factory=list)
+    #: Its request, until a server started it (a stale server's task goes to a new one).
+    request: Run | None = None
+    #: A group's warm member: its group job's task key.
+    group: str | None = None
+    #: What its group's warm members and its scripts used so far, added to its own
+    #: figures when it ends (cold, they would be its waited-for descendants, counted by
+    #: its ``wait4``).
+    used: Used | None = None
+
+
+class Tasks:
+    """The tasks by key."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Task] = {}
+
+    def __iter__(self) -> Iterator[tuple[str, Task]]:
+        return iter(list(self._by_key.items()))
+
+    def get(self, key: str) -> Task | None:
+        return self._by_key.get(key)
+
+    def open(self, key: str) -> Task:
+        """The task ``key``, a new record if it has none."""
+        return self._by_key.setdefault(key, Task())
+
+    def end(self, key: str) -> None:
+        """Its end was relayed (or it was never to run here): forget it."""
+        self._by_key.pop(key, None)
+
+    def fds(self, key: str) -> list[int]:
+        """The file descriptors the task ``key`` came with (to pass on)."""
+        task = self._by_key.get(key)
+        return task.fds if task is not None else []
+
+    def origin(self, key: str) -> Outbox | None:
+        task = self._by_key.get(key)
+        return task.origin if task is not None else None
+
+    def settle(self, key: str) -> None:
+        """It started or will not: the file descriptors it came with are not needed."""
+        task = self._by_key.get(key)
+        if task is not None:
+            fds, task.fds = task.fds, []
+            close_fds(fds)
+
+    def take_request(self, key: str) -> Run | None:
+        task = self._by_key.get(key)
+        if task is None:
+            return None
+        request, task.request = task.request, None
+        return request
+
+    def add_used(self, key: str, used: Used) -> None:
+        """A process of the task ``key`` that the task did not wait for (a warm member or
+        script) ended: what it used goes to the task's figures."""
+        task = self.open(key)
+        task.used = together(task.used, used)
+
+    def add_members(self, key: str, usage: Any) -> Any:
+        """The figures to relay with the end of the task ``key``: a member's own (kept for
+        its group job too); a group job's with what its members used added."""
+        task = self._by_key.get(key)
+        if task is None:
+            return usage
+        group, task.group = task.group, None
+        if group is not None:
+            if _is_usage(usage):
+                self.add_used(group, usage)
+            return usage
+        used, task.used = task.used, None
+        return together(used, usage) if used is not None and _is_usage(usage) else usage
+
+
+@dataclass
+class Command:
+    """One job command (the key of one parse)."""
+
+    #: The primed server that takes its new jobs (its pid), if any.
+    server: int | None = None
+    #: Why its jobs go the cold way (its server said so, or its sources changed too often).
+    refused: str | None = None
+    #: How often its workflow's sources changed during the run.
+    stale: int = 0
+
+    def changed(self, path: str) -> None:
+        """Its server found ``path`` changed: after :data:`STALE_LIMIT` times, cold."""
+        self.stale += 1
+        if self.stale > STALE_LIMIT:
+            self.refused = (
+                f"the workflow's sources changed {self.stale} times during the run (last: "
+                f"{path}): each change costs a new parse"
+            )
+
+
+def command_key(request: Run, nargs: dict[str, Any]) -> str:
+    """The key of a job request's parse: its arguments without the per-job ones
+    (:func:`.snakemake_side.general_argv`), its environment and working directory."""
+    argv = snakemake_side.general_argv(list(request["argv"]), nargs)
+    env = sorted((str(k), str(v)) for k, v in request["env"])
+    return json.dumps([argv, env, str(request["cwd"])])
+
+
+def why_cold(request: Run, cwd: str) -> str | None:
+    """Why a job request cannot go to a zygote started in ``cwd``, or None."""
+    if os.path.realpath(str(request["cwd"])) != os.path.realpath(cwd):
+        return f"its working directory is not the warm process's ({cwd})"
+    if request.get("python") not in (None, sys.executable):
+        return f"its interpreter is not the warm process's ({sys.executable})"
+    if not marker.fits(str(request.get("marker") or request["key"])):
+        return f"its task key is too long for the {JOB_MARKER} marker of a forked process"
+    if any(str(k) == JOB_MARKER for k, _ in request["env"]):
+        return f"its environment sets {JOB_MARKER}"
+    return None
+
+
+def _is_usage(usage: Any) -> bool:
+    return isinstance(usage, list | tuple) and len(usage) == 3
+
+
+def together(a: Any, b: Any) -> Used:
+    """Two processes' ``(cpu seconds, peak RSS, RSS floor)`` as ``wait4`` of a parent
+    that waited for both would give them: CPU added, the larger peak (with its floor)."""
+    if a is None:
+        return (float(b[0]), int(b[1]), int(b[2]))
+    cpu = float(a[0]) + float(b[0])
+    peak = a if int(a[1]) >= int(b[1]) else b
+    return (cpu, int(peak[1]), int(peak[2]))

@@ -1,0 +1,181 @@
+"""The jobs of this worker process, in one object under one lock (:data:`JOBS`, as
+:data:`.warm_host.HOST` is its warm process).
+
+:mod:`.task` registers each job's process as it starts and takes it off when it ends;
+``kill_tasks`` and ``withdraw_tasks`` stop jobs, running or not started yet; the worker's
+preload (:mod:`.preload`) reports the jobs that started and looks for the daemons of those
+that ended. Ending every running job (a closing worker, the interpreter's exit) is here too.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Protocol
+
+from . import proctree
+from .waiting import wait_until
+
+#: Seconds between SIGTERM and SIGKILL when a job is stopped.
+KILL_GRACE_SECONDS = 3.0
+#: Looks for daemons after a job ended: one of them may fork while it is being killed.
+SCANS_AFTER_AN_END = 2
+
+
+class Proc(Protocol):
+    """A running job's process: a ``Popen`` started here, or a warm one
+    (:class:`.warm_host.WarmProc`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+
+class RunningJobs:
+    """What this worker process knows of its jobs; the lock guards the collections and
+    ``scans_due``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: dict[str, Proc] = {}
+        #: Keys of jobs being started (not yet running): their processes are not orphans.
+        self.starting: set[str] = set()
+        #: Keys of jobs that were stopped: one that has not started yet must never start.
+        self.stopped: set[str] = set()
+        #: When each running job started (for the landing: what it has left to run).
+        self.began: dict[str, float] = {}
+        #: Jobs started since the last report to the plugin (:mod:`.preload`).
+        self.newly_started: list[str] = []
+        #: Looks for daemons still due (a job ended).
+        self.scans_due = 0
+        #: Set when there is housekeeping to do (a job started or ended): see :mod:`.preload`.
+        self.chores = threading.Event()
+        #: Set in a Dask worker (by its preload), never in Snakemake's own process.
+        self.in_worker = False
+        #: This worker's landing point (None: no time limit), from its environment.
+        self.landing_at: float | None = None
+
+    # -- a job's start and end (worker.task) --------------------------------------------------
+
+    def begin(self, key: str) -> bool:
+        """The job ``key`` is being started, unless it was stopped (False)."""
+        with self.lock:
+            if key in self.stopped:
+                return False
+            self.starting.add(key)
+            return True
+
+    def abandon(self, key: str) -> None:
+        """The job ``key`` did not start after all."""
+        with self.lock:
+            self.starting.discard(key)
+
+    def register(self, key: str, proc: Proc, started: float) -> bool:
+        """The job ``key`` runs as ``proc``; whether it was stopped while it was started."""
+        with self.lock:
+            self.running[key] = proc
+            self.began[key] = started
+            self.newly_started.append(key)
+            self.starting.discard(key)
+            stopped = key in self.stopped
+        self.chores.set()
+        return stopped
+
+    def is_stopped(self, key: str) -> bool:
+        with self.lock:
+            return key in self.stopped
+
+    def finish(self, key: str, proc: Proc) -> Proc:
+        """The job ``key`` ended: its last registered process (``proc`` if none)."""
+        with self.lock:
+            last = self.running.pop(key, proc)
+            self.began.pop(key, None)
+        return last
+
+    def ended(self) -> None:
+        """A job ended: its daemons (if it left any) are to be looked for."""
+        with self.lock:
+            self.scans_due = SCANS_AFTER_AN_END
+        self.chores.set()
+
+    # -- what the plugin asks ---------------------------------------------------------------
+
+    def stop(self, keys: list[str]) -> tuple[list[Proc], list[str]]:
+        """Mark ``keys`` stopped; the processes of those running, and their keys."""
+        with self.lock:
+            self.stopped.update(keys)
+            chosen = [p for k, p in self.running.items() if k in self.stopped]
+            running = sorted(k for k in self.running if k in self.stopped)
+        return chosen, running
+
+    def withdraw(self, keys: list[str]) -> dict[str, float]:
+        """Of ``keys``, those running or being started, with when each started; every
+        other one of them will never start here."""
+        with self.lock:
+            running = {
+                k: self.began.get(k, 0.0) for k in keys if k in self.running or k in self.starting
+            }
+            self.stopped.update(k for k in keys if k not in running)
+        return running
+
+    def keys(self) -> list[str]:
+        with self.lock:
+            return sorted(self.running)
+
+    def procs(self) -> list[Proc]:
+        with self.lock:
+            return list(self.running.values())
+
+    # -- the housekeeping (worker.preload) ------------------------------------------------------
+
+    def active(self) -> tuple[set[int], set[str]]:
+        """The running jobs' pids, and the keys of the jobs running or being started."""
+        with self.lock:
+            return {p.pid for p in self.running.values()}, set(self.running) | self.starting
+
+    def take_started(self) -> list[str]:
+        """The jobs started since the last time this was asked."""
+        with self.lock:
+            keys = self.newly_started[:]
+            self.newly_started.clear()
+        return keys
+
+    def scan_due(self, quiet: bool) -> bool:
+        """Whether this pass of the housekeeping looks for daemons (always after a quiet
+        wait); one look fewer is due after it, and the next pass wakes while any is."""
+        with self.lock:
+            scan = quiet or self.scans_due > 0
+            self.scans_due = max(0, self.scans_due - 1)
+            if self.scans_due:
+                self.chores.set()
+        return scan
+
+
+#: The jobs of this worker process.
+JOBS = RunningJobs()
+
+
+def signal_group(proc: Proc, sig: signal.Signals) -> None:
+    # The job's shell (or warm process) leads its group. A warm job whose warm process
+    # died before it said the job started has no known pid (0): never killpg(0), which
+    # would signal this worker's own group.
+    if proc.pid > 1:
+        proctree.signal_group(proc.pid, sig)
+
+
+def kill_later(procs: list[Proc]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            signal_group(proc, signal.SIGKILL)
+        # The group may outlive its leader (a background child): finish it too.
+        signal_group(proc, signal.SIGKILL)
+
+
+def end_running_jobs(grace: float) -> None:
+    """SIGTERM every running job's process group, SIGKILL what is left after ``grace``."""
+    procs = JOBS.procs()
+    for proc in procs:
+        signal_group(proc, signal.SIGTERM)
+    wait_until(lambda: all(p.poll() is not None for p in procs), grace)
+    kill_later(procs)
