@@ -6,8 +6,8 @@
 Brings the test cluster up as ``--nodes`` nodes of ``--cpus`` CPUs each (declared, not
 real: SLURM's ``config_overrides``, all on this machine), runs ``--jobs`` jobs of ``sleep
 --seconds`` inside ``salloc -N<nodes> --exclusive`` with ``--jobs <nodes x cpus>`` (plain
-flags otherwise), and prints, from the jobs' own time stamps (each job writes when its
-shell started and ended):
+flags otherwise), and prints, from the run's usage report (``jobs.tsv``: when each job's
+process started and how long it ran, measured on its worker):
 
 - utilisation = the jobs' total wall time / (slots x the time from the first job's start to
   the last job's end) — what the issue's targets are written in;
@@ -44,17 +44,21 @@ rule all:
 rule sleeper:
     output: "out/{i}.txt"
     params: seconds=config["seconds"]
-    shell: "date +%s.%N > {output}; sleep {params.seconds}; date +%s.%N >> {output}"
+    shell: "sleep {params.seconds} > {output}"
 """
 
 
-def spans(out: Path) -> list[tuple[float, float]]:
-    """(start, end) of every job, from its output."""
+def spans(workdir: Path) -> list[tuple[float, float]]:
+    """(start, end) of every job that succeeded, from the run's usage report."""
+    table = workdir / ".snakemake/dask-slurm/usage/latest/jobs.tsv"
+    if not table.exists():
+        return []
+    header, *rows = (line.split("\t") for line in table.read_text().splitlines())
     found = []
-    for path in out.glob("*.txt"):
-        lines = path.read_text().split()
-        if len(lines) == 2:
-            found.append((float(lines[0]), float(lines[1])))
+    for row in rows:
+        job = dict(zip(header, row, strict=True))
+        if job["rule"] == "sleeper" and job["outcome"] == "done":
+            found.append((float(job["started"]), float(job["started"]) + float(job["wall_s"])))
     return found
 
 
@@ -108,10 +112,12 @@ def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) ->
         argv, workdir, env, workdir / "run.log", args.timeout, snakemake[1],
         on_timeout=lambda: scancel(name, env),
     )  # fmt: skip
-    jobs = spans(workdir / "out")
+    jobs = spans(workdir)
     print(f"\nrun in {workdir} (exit {measured.returncode}, wall {measured.wall_seconds:.1f} s)")
     if len(jobs) != args.jobs:
-        print(f"only {len(jobs)} of {args.jobs} jobs wrote their outputs; see {workdir}/run.log")
+        print(
+            f"{len(jobs)} of {args.jobs} jobs succeeded in the usage report; see {workdir}/run.log"
+        )
         if not jobs:
             return
     reached, most = fill(jobs, slots)
