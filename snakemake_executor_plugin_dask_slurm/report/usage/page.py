@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from .aggregate import Allocation, RuleStats, Series, series
+from .aggregate import Allocation, RuleStats
+from .over_time import Series, series
 from .rows import OUTCOMES, Attempt, RunFacts, WorkerSpan
 from .suggest import duration
-from .write import JOBS_FILE, PROFILE_FILE, RULES_FILE, cpu_time, offender_line
+from .words import JOBS_FILE, PROFILE_FILE, RULES_FILE, cpu_time, offender_line
 
 #: Above this many measured attempts the timeline merges runs of succeeded jobs.
 MERGE_ABOVE = 20_000
