@@ -1,7 +1,7 @@
 """The report's words that its files and its page share: the files' names, CPU time in
 words, and the line that says what a rule should ask for next time. Imported by
-:mod:`.write` (the tables, the profile, the lines at the end) and :mod:`.page` (the
-page's header), neither of which imports the other's words."""
+:mod:`.write` (the tables, the profile, the lines at the end) and :mod:`.page_data` (the
+page's header)."""
 
 from __future__ import annotations
 
