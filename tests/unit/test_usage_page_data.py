@@ -106,3 +106,17 @@ def test_a_missing_bokeh_package_costs_the_page_only_and_says_so(
     assert lines[-1].startswith("report.html could not be written (RuntimeError: the bokeh")
     assert "pip install bokeh" in lines[-1]
     assert (tmp_path / "jobs.tsv").exists() and not (tmp_path / "report.html").exists()
+
+
+def test_figures_json_cannot_hold_are_null_and_the_page_is_written(tmp_path: Path) -> None:
+    """A NaN or infinite figure (Bokeh's Python sent them as numbers) becomes JSON's null,
+    NaN in the browser, instead of costing the page."""
+    collector, run = feed(20)
+    collector.worker_joined("odd", "h", float("nan"), None, "", at=run.started + 1)
+    lines = collector.write(tmp_path, run)
+    assert "could not" not in " ".join(lines), lines
+    block = re.search(r'id="usage-data">(.*?)</script>', (tmp_path / "report.html").read_text())
+    assert block is not None
+    spans = json.loads(block[1])["spans"]
+    assert spans["cpus"][spans["name"].index("odd")] is None
+    assert page_data._finite([1.0, float("inf"), None, float("nan")]) == [1.0, None, None, None]

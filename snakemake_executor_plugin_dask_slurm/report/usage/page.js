@@ -208,7 +208,7 @@
       y_axis_label: "CPUs",
       tools: "xpan,xwheel_zoom,box_zoom,reset,save",
     });
-    const s = source(data.over_time);
+    const s = source(Object.fromEntries(Object.entries(data.over_time).map(([k, v]) => [k, numbers(v)])));
     glyph(plot.varea({x: f("x"), y1: 0, y2: f("granted"), source: s, fill_color: "#dddddd", legend_label: "granted"}));
     glyph(plot.line({x: f("x"), y: f("reserved"), source: s, line_width: 2, color: "#1f77b4", legend_label: "reserved"}));
     glyph(plot.line({x: f("x"), y: f("used"), source: s, line_width: 2, color: "#2ca02c", legend_label: "used"}));
@@ -233,9 +233,9 @@
     const s = source({
       y: Array.from({length: n}, (_, i) => i),
       name: spans.name,
-      joined: spans.joined,
-      left: spans.left,
-      cpus: spans.cpus,
+      joined: numbers(spans.joined),
+      left: numbers(spans.left),
+      cpus: numbers(spans.cpus),
       host: spans.host,
       group: spans.group,
       color: spans.group.map((g) => colors[groups.indexOf(g)]),
@@ -372,7 +372,7 @@
       rule: r.rule, attempts: r.attempts, failed: r.failed, threads: r.threads,
       cores: numbers(r.cores), eff: numbers(r.eff), mem: numbers(r.mem), rss: numbers(r.rss),
       at_most: numbers(r.at_most), p50: numbers(r.p50), p95: numbers(r.p95),
-      max: numbers(r.max), unused: r.unused, s_threads: numbers(r.s_threads),
+      max: numbers(r.max), unused: numbers(r.unused), s_threads: numbers(r.s_threads),
       s_mem: numbers(r.s_mem), s_runtime: numbers(r.s_runtime), varies: r.varies,
     });
     const columns = [

@@ -19,8 +19,9 @@ import base64
 import gzip
 import heapq
 import html
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,9 +91,10 @@ def packed(values: np.ndarray) -> dict[str, str]:
     return {"dtype": kind, "gzip": base64.b64encode(data).decode("ascii")}
 
 
-def _none(value: float | None) -> float | None:
-    """None (JSON's null, NaN in the browser) for a missing or NaN figure."""
-    return None if value is None or value != value else value
+def _finite(values: Iterable[float | None]) -> list[float | None]:
+    """Figures for JSON: None (null; NaN in the browser) for a missing, NaN or infinite
+    one, which JSON cannot hold."""
+    return [None if v is None or not math.isfinite(v) else v for v in values]
 
 
 # -- the jobs ---------------------------------------------------------------------------
@@ -226,14 +228,14 @@ def rule_legend(drawn: np.ndarray, rules: list[str]) -> dict[str, Any]:
 
 def over_time_columns(
     attempts: Sequence[Attempt], workers: Sequence[WorkerSpan], t0: float, end: float
-) -> dict[str, list[float]]:
+) -> dict[str, list[float | None]]:
     data = series(attempts, workers, t0, end, BINS)
     return {
-        "x": [data.start - t0 + (i + 0.5) * data.width for i in range(len(data.granted))],
-        "granted": list(data.granted),
-        "reserved": list(data.reserved),
-        "used": list(data.used),
-        "running": list(data.running),
+        "x": _finite(data.start - t0 + (i + 0.5) * data.width for i in range(len(data.granted))),
+        "granted": _finite(data.granted),
+        "reserved": _finite(data.reserved),
+        "used": _finite(data.used),
+        "running": _finite(data.running),
     }
 
 
@@ -245,9 +247,9 @@ def worker_columns(
     spans = sorted(workers, key=lambda w: (w.joined, w.name))
     return {
         "name": [w.name for w in spans],
-        "joined": [w.joined - t0 for w in spans],
-        "left": [(w.left if w.left is not None else end) - t0 for w in spans],
-        "cpus": [w.cpus for w in spans],
+        "joined": _finite(w.joined - t0 for w in spans),
+        "left": _finite((w.left if w.left is not None else end) - t0 for w in spans),
+        "cpus": _finite(w.cpus for w in spans),
         "host": [w.host for w in spans],
         "group": [worker_job_label(w, run) for w in spans],
         "gone": ["yes" if w.left is not None else "no (at the end)" for w in spans],
@@ -262,17 +264,17 @@ def rule_columns(stats: Sequence[RuleStats]) -> dict[str, list[Any]]:
         "attempts": [s.attempts for s in stats],
         "failed": [s.failed + s.lost + s.stopped + s.not_started for s in stats],
         "threads": [s.threads for s in stats],
-        "cores": [_none(s.cores_mean) for s in stats],
-        "p90": [_none(s.cores_p90) for s in stats],
-        "eff": [None if s.cpu_efficiency is None else 100 * s.cpu_efficiency for s in stats],
-        "mem": [_none(s.mem_mb) for s in stats],
-        "rss": [_none(s.rss_max_mb) for s in stats],
-        "at_most": [_none(s.rss_at_most_mb) for s in stats],
-        "median": [_none(s.rss_p50_mb) for s in stats],
-        "p50": [_none(s.wall_p50) for s in stats],
-        "p95": [_none(s.wall_p95) for s in stats],
-        "max": [_none(s.wall_max) for s in stats],
-        "unused": [s.unused_s for s in stats],
+        "cores": _finite(s.cores_mean for s in stats),
+        "p90": _finite(s.cores_p90 for s in stats),
+        "eff": _finite(None if s.cpu_efficiency is None else 100 * s.cpu_efficiency for s in stats),
+        "mem": _finite(s.mem_mb for s in stats),
+        "rss": _finite(s.rss_max_mb for s in stats),
+        "at_most": _finite(s.rss_at_most_mb for s in stats),
+        "median": _finite(s.rss_p50_mb for s in stats),
+        "p50": _finite(s.wall_p50 for s in stats),
+        "p95": _finite(s.wall_p95 for s in stats),
+        "max": _finite(s.wall_max for s in stats),
+        "unused": _finite(s.unused_s for s in stats),
         "s_threads": [s.suggestion.threads for s in stats],
         "s_mem": [s.suggestion.mem_mb for s in stats],
         "s_runtime": [s.suggestion.runtime for s in stats],
