@@ -91,7 +91,8 @@ def test_the_page_inlines_bokehjs_its_script_and_the_data(tmp_path: Path) -> Non
     assert "<title>a title &amp; more</title>" in text
     for name in page.BUNDLES:
         assert f"/* BEGIN {name} */" in text and f"/* END {name} */" in text, name
-    assert page.SCRIPT.read_text() in text
+    assert all(path.read_text() in text for path in page.SCRIPTS)
+    assert page.script() in text
     assert f'<script type="application/json" id="{page.DATA_ID}">{{"rules":["r"]}}</script>' in text
     # nothing loaded from anywhere: every script is inline
     assert not re.search(r"<script[^>]*\bsrc=", text)

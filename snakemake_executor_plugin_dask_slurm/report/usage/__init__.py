@@ -8,7 +8,7 @@ should ask for next time, from the exact figures each job's worker measured
   job, over time (pure, table-tested);
 - :mod:`.write`: ``jobs.tsv``, ``rules.tsv``, ``suggested-profile.yaml`` and the lines
   printed at the end; :mod:`.page`: ``report.html``, a prebuilt page (BokehJS and
-  ``page.js`` inlined, Bokeh's Python never imported) showing :mod:`.page_data`'s columns;
+  its script inlined, Bokeh's Python never imported) showing :mod:`.page_data`'s columns;
   :mod:`.words`: the names and sentences the files and the page share.
 
 It imports neither the cluster lifecycle (``clusters/``) nor dispatch (``dispatch/``) nor

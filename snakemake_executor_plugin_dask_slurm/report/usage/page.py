@@ -7,10 +7,10 @@ against cores used and memory asked against peak RSS; every rule and every attem
 sortable tables.
 
 The page is prebuilt: BokehJS (the installed ``bokeh`` package's own JavaScript, read as
-files, never imported) and ``page.js`` (which builds the plots and tables with BokehJS's
-API) are inlined as they are, beside the run's data as a JSON block
-(:func:`.page_data.page_data`). So writing it costs milliseconds and no Bokeh in
-Snakemake's process (docs/architecture.md, "The report at the end of a run").
+files, never imported) and the page's script (``plots.js`` and ``page.js``, which build
+the plots and tables with BokehJS's API) are inlined as they are, beside the run's data
+as a JSON block (:func:`.page_data.page_data`). So writing it costs milliseconds and no
+Bokeh in Snakemake's process (docs/architecture.md, "The report at the end of a run").
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from .rows import Attempt, RunFacts, WorkerSpan
 #: BokehJS's bundles, in the order they load: the three Bokeh's ``file_html`` inlined for
 #: this page (the models, the widgets, the tables), and BokehJS's API (``Bokeh.Plotting``).
 BUNDLES = ("bokeh.min.js", "bokeh-widgets.min.js", "bokeh-tables.min.js", "bokeh-api.min.js")
-#: The page's own JavaScript, shipped beside this module.
-SCRIPT = Path(__file__).with_name("page.js")
+#: The page's own JavaScript, files shipped beside this module: the plots, then the data,
+#: the tables and the page (which builds it all); one script, in one function.
+SCRIPTS = (Path(__file__).with_name("plots.js"), Path(__file__).with_name("page.js"))
 #: The element the page's JSON block is in (``page.js`` reads it).
 DATA_ID = "usage-data"
 #: Set on <html> by the page itself: data-report-ready once BokehJS rendered, and
@@ -75,7 +76,7 @@ def page_html(
 
 
 def render(title: str, data: dict[str, Any]) -> str:
-    """The page: BokehJS and ``page.js`` inlined, ``data`` in a JSON block."""
+    """The page: BokehJS and the page's script inlined, ``data`` in a JSON block."""
     scripts = "".join(f"<script>\n{code}\n</script>\n" for code in bokehjs())
     return (
         '<!DOCTYPE html>\n<html lang="en">\n  <head>\n    <meta charset="utf-8">\n'
@@ -83,9 +84,16 @@ def render(title: str, data: dict[str, Any]) -> str:
         '<script>\nBokeh.set_log_level("info");\n</script>\n  </head>\n  <body>\n'
         '    <div id="usage-report" style="display: contents;"></div>\n'
         f'    <script type="application/json" id="{DATA_ID}">{json_block(data)}</script>\n'
-        f"    <script>\n{SCRIPT.read_text(encoding='utf-8')}\n    </script>\n"
+        f"    <script>\n{script()}    </script>\n"
         "  </body>\n</html>\n"
     )
+
+
+def script() -> str:
+    """The page's script: :data:`SCRIPTS` in one function, so that their names are the
+    page's own."""
+    parts = "\n".join(path.read_text(encoding="utf-8") for path in SCRIPTS)
+    return f'(function () {{\n"use strict";\n{parts}}})();\n'
 
 
 def json_block(data: dict[str, Any]) -> str:

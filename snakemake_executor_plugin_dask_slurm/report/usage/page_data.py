@@ -1,5 +1,5 @@
 """What ``report.html`` shows, as data (pure): every column its plots and tables draw,
-which the page's JavaScript (``page.js``) turns into BokehJS models in the browser.
+which the page's script (``plots.js``, ``page.js``) turns into BokehJS models in the browser.
 
 Python computes what needs the run's facts and the report's words (each attempt's slot on
 the timeline, the merged bars, the legend's rules, the header's sentences, the per-rule
