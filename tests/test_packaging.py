@@ -36,6 +36,8 @@ def test_discovered_from_a_normal_wheel_install(tmp_path: Path) -> None:
     assert (package / "__init__.py").exists()
     assert (package / "py.typed").exists(), "the wheel must mark the package as typed"
     assert (package / "worker" / "supervisor.py").exists(), "every subpackage is in the wheel"
+    for script in ("page.js", "plots.js"):
+        assert (package / "report" / "usage" / script).exists(), "report.html's script too"
     # PYTHONPATH comes before the editable install's path entry, so the wheel's copy is
     # the one Snakemake's scan imports.
     code = DISCOVER + "; import snakemake_executor_plugin_dask_slurm as m; print(m.__file__)"

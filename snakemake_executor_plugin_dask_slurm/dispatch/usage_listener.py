@@ -51,28 +51,13 @@ def usage_listener(
     stop_reason: Callable[[], str | None],
     say: Callable[[str], None],
     env: Mapping[str, str],
-    preparing: threading.Thread | None = None,
 ) -> UsageListener | None:
     """The run's usage report (None with --dask-slurm-no-usage-report): it records from now
-    on and writes into ``root`` when the run ends. ``preparing``: the page's preparation
-    (:func:`prepare_page`) if it was started already; else it starts now."""
+    on and writes into ``root`` when the run ends."""
     if root is None:
         return None
     place = ReportPlace(root, token, mode, time.time(), say)
-    listener = UsageListener(UsageCollector(), stop_reason, env.get("SLURM_JOB_ID", ""), place)
-    listener.prepare_page(preparing)
-    return listener
-
-
-def prepare_page() -> threading.Thread:
-    """Import Bokeh on a thread of its own from now on, so that the page at the end of
-    the run costs only its building (:func:`..report.usage.page.warm_up`). The run starts
-    it before the cluster, whose start it overlaps (docs/architecture.md)."""
-    from ..report.usage.page import warm_up
-
-    thread = threading.Thread(target=warm_up, name="dask-slurm-usage-prepare", daemon=True)
-    thread.start()
-    return thread
+    return UsageListener(UsageCollector(), stop_reason, env.get("SLURM_JOB_ID", ""), place)
 
 
 def ended_from(finished: Finished, stop: str | None = None) -> Ended:
@@ -122,19 +107,11 @@ class UsageListener(JobListener):
         self.slurm_job = slurm_job
         self.report = report
         self._writer: threading.Thread | None = None
-        self._preparing: threading.Thread | None = None
         self._lines: list[str] = []
 
-    def prepare_page(self, preparing: threading.Thread | None = None) -> None:
-        """Have the page prepared while the jobs run (:func:`prepare_page`): by
-        ``preparing`` if it was started already."""
-        if self.report is None or self._preparing is not None:
-            return
-        self._preparing = preparing if preparing is not None else prepare_page()
-
     def run_ending(self, command: str) -> None:
-        """Write the report on a thread of its own while the cluster closes (the page is
-        seconds of Bokeh; the close is mostly waiting for processes)."""
+        """Write the report on a thread of its own while the cluster closes (the close is
+        mostly waiting for processes)."""
         place = self.report
         if place is None or self._writer is not None:
             return
@@ -143,11 +120,7 @@ class UsageListener(JobListener):
             self._stop_reason() or "",
         )  # fmt: skip
 
-        preparing = self._preparing
-
         def write() -> None:
-            if preparing is not None:  # a run shorter than Bokeh's import
-                preparing.join(WRITE_TIMEOUT)
             began = time.time()
             self._lines = self.collector.write_run(place.root, place.token, run)
             if timing.ON:

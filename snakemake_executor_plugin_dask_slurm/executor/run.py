@@ -28,7 +28,7 @@ from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import WorkerRef
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given
-from ..dispatch.usage_listener import prepare_page, usage_listener
+from ..dispatch.usage_listener import usage_listener
 from ..report.hints import run_speed_hint
 from ..worker import timing
 from . import signals
@@ -103,9 +103,6 @@ class Run:
         if files is None:
             files = RunFiles.open(config.run_dir)  # one run's files at a time
         say.info(f"starting {source.description}")
-        # The usage report's Bokeh import overlaps the cluster's start (a short run would
-        # otherwise wait for it at its end).
-        preparing = prepare_page() if config.usage_report_dir is not None else None
         try:
             client = source.start()  # stops what it started if it fails
             offers = worker_offers(client)
@@ -121,7 +118,7 @@ class Run:
                 say.info(f"hint: {hint}")
             usage = usage_listener(  # before the dispatcher, which tells it of every worker
                 config.usage_report_dir, token, config.cluster,
-                lambda: registry.stop_reason, say.info, os.environ, preparing,
+                lambda: registry.stop_reason, say.info, os.environ,
             )  # fmt: skip
             listeners.extend([usage] if usage else [])
             listeners.append(ColdWays(say.info))

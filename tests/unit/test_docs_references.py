@@ -186,12 +186,12 @@ def test_every_setting_the_docs_name_exists() -> None:
 def test_the_catalog_page_tells_of_the_warm_path_and_the_usage_report() -> None:
     """docs/intro.md is what the Snakemake plugin catalog shows: the two things a user
     meets in every run are there, with the files the report writes and how to turn each off."""
-    from snakemake_executor_plugin_dask_slurm.report.usage import write
+    from snakemake_executor_plugin_dask_slurm.report.usage import words
 
     intro = (ROOT / "docs" / "intro.md").read_text()
     assert "**warm**" in intro and "--dask-slurm-no-warm" in intro
     assert "**usage" in intro and "--dask-slurm-no-usage-report" in intro
-    for name in (write.JOBS_FILE, write.RULES_FILE, write.PAGE_FILE, write.PROFILE_FILE):
+    for name in (words.JOBS_FILE, words.RULES_FILE, words.PAGE_FILE, words.PROFILE_FILE):
         assert f"`{name}`" in intro, name
 
 

@@ -20,7 +20,6 @@ from snakemake_executor_plugin_dask_slurm.report.usage import (
 )
 from snakemake_executor_plugin_dask_slurm.report.usage.aggregate import (
     allocation,
-    integrate,
     percentile,
     rule_stats,
 )
@@ -28,6 +27,7 @@ from snakemake_executor_plugin_dask_slurm.report.usage.collect import (
     classify,
     handover_from_job,
 )
+from snakemake_executor_plugin_dask_slurm.report.usage.over_time import integrate
 from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     round_mem_mb,
     round_runtime,
@@ -36,12 +36,11 @@ from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     suggest_threads,
     threads_for,
 )
+from snakemake_executor_plugin_dask_slurm.report.usage.words import GROUP_WHY, offender_line
 from snakemake_executor_plugin_dask_slurm.report.usage.write import (
-    GROUP_WHY,
     JOBS_COLUMNS,
     RULES_COLUMNS,
     jobs_tsv,
-    offender_line,
     profile_yaml,
     rules_tsv,
 )

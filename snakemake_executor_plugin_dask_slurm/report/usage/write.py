@@ -16,13 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from .aggregate import Allocation, RuleStats, allocation, rule_stats
+from .page import page_html
 from .rows import OUTCOMES, Attempt, RunFacts, WorkerSpan
 from .suggest import CORES_PERCENTILE, HEADROOM, duration
+from .words import (
+    JOBS_FILE,
+    PAGE_FILE,
+    PROFILE_FILE,
+    RULES_FILE,
+    cpu_time,
+    group_label,
+    offender_line,
+)
 
-JOBS_FILE = "jobs.tsv"
-RULES_FILE = "rules.tsv"
-PROFILE_FILE = "suggested-profile.yaml"
-PAGE_FILE = "report.html"
 #: How many rules the lines at the end name (the rest are in rules.tsv and the page).
 OFFENDERS = 3
 #: Why a suggested value is left commented out in the profile.
@@ -49,8 +55,6 @@ def write_report(
     problem = None
     if page:
         try:
-            from .page import page_html
-
             _atomic(directory / PAGE_FILE, page_html(attempts, workers, run, stats, alloc))
         except Exception as e:  # the tables and the profile are written anyway
             problem = f"report.html could not be written ({type(e).__name__}: {e})"
@@ -260,64 +264,10 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
 # -- the lines at the end --------------------------------------------------------------
 
 
-def cpu_time(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} CPU-s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} CPU-min"
-    return f"{seconds / 3600:.1f} CPU-h"
-
-
 def _counts(attempts: Sequence[Attempt]) -> str:
     found = {o: sum(1 for a in attempts if a.outcome == o) for o in OUTCOMES}
     parts = [f"{n} {o}" for o, n in found.items() if n]
     return ", ".join(parts) or "none"
-
-
-#: Why a group job is not in the suggested profile (its line at the end, the profile).
-GROUP_WHY = (
-    "measured as one task (its members' CPU summed, its largest process's peak), so no "
-    "figure is one member's: Snakemake sizes a group job from its members' rules, change "
-    "theirs; not in the suggested profile"
-)
-
-
-def offender_line(s: RuleStats) -> str | None:
-    """``rule align: asks 8 threads, uses 1.3 on average -> threads: 2; ...``, or None
-    when the rule's suggestion keeps what it asked. A group job's line gives what the
-    group as a whole would need, and why no rule of it gets a suggestion
-    (:data:`GROUP_WHY`)."""
-    g = s.suggestion
-
-    def to(name: str, value: int | None) -> str:
-        return f"-> {value} for the whole group" if s.group else f"-> {name}: {value}"
-
-    parts = []
-    if "threads" in g.changed and s.cores_mean is not None:
-        what = f"{s.threads} thread{'s' if s.threads != 1 else ''}"
-        parts.append(f"asks {what}, uses {s.cores_mean:.1f} on average {to('threads', g.threads)}")
-    peak = s.peak_mb
-    if "mem_mb" in g.changed and peak is not None:
-        asked = f"asks mem_mb {s.mem_mb:,.0f}" if s.mem_mb is not None else "asks no mem_mb"
-        at_most = "at most " if peak != s.rss_max_mb else ""
-        parts.append(f"{asked}, peak {at_most}{peak:,.0f} MB {to('mem_mb', g.mem_mb)}")
-    if "runtime" in g.changed and s.runtime_min is not None and s.wall_max is not None:
-        longest = duration(s.wall_max)
-        parts.append(
-            f"asks runtime {s.runtime_min:g} min, longest {longest} {to('runtime', g.runtime)}"
-        )
-    if not parts:
-        return None
-    if s.group:
-        return f"{group_label(s)}: {'; '.join(parts)}; {GROUP_WHY}"
-    return f"rule {s.rule}: {'; '.join(parts)}"
-
-
-def group_label(s: RuleStats) -> str:
-    """``group job g (rules a, b)``."""
-    name = s.rule.removeprefix("group ")
-    rules = f" (rule{'s' if len(s.members) != 1 else ''} {', '.join(s.members)})"
-    return f"group job {name}{rules if s.members else ''}"
 
 
 def summary_lines(
