@@ -84,7 +84,7 @@ def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) ->
     source = _make_source(config, logger, cores, limit)
     if config.growth is None:
         return source
-    runway = source.runway()
+    runway = source.clock.runway() if source.clock is not None else None
     if config.cluster == "sbatch":  # no allocation of its own: worker jobs only
         runway = plan_runway(limit, None, False, config.landing_margin, config.runtime_margin)
     pool = make_worker_jobs(

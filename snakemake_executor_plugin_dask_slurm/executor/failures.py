@@ -98,12 +98,12 @@ class Failures:
         registry = self.registry
         record = registry.get(finished.key)
         self.tell(finished)
-        on = finished.on
+        on, growth = finished.on, self.source.growth
         state = RunState(
             registered=record is not None,
             fatal=registry.fatal is not None,
             stopping=registry.stop_reason is not None,
-            on_worker_job=on is not None and self.source.from_worker_job(on.name),
+            on_worker_job=on is not None and growth is not None and growth.from_worker_job(on.name),
             stopped_at_limit=record is not None and record.stopped_at_limit == finished.key,
         )
         way = route(finished, state)
@@ -153,8 +153,9 @@ class Failures:
     def _unless_worker_job_ended(self, finished: Finished, noticed: float) -> None:
         """(Recovery thread) A job that failed on a worker job's worker: lost with its
         worker job if that job is ending, else an ordinary failure."""
-        assert finished.on is not None
-        if self.source.lost_with_its_job(finished.on.name, noticed):
+        growth = self.source.growth
+        assert finished.on is not None and growth is not None  # routed so: on a worker job
+        if growth.lost_with_its_job(finished.on.name, noticed):
             self.say.info(
                 f"job {finished.key} failed as its worker job ended under it: it runs "
                 "again elsewhere once its processes are gone"
@@ -190,7 +191,7 @@ class Failures:
         problem = self.no_workers.check(
             now,
             self.dispatcher.worker_count,
-            source.workers_may_come(),
+            source.growth is not None and source.growth.workers_may_come(),
             source.scheduler_lost(),
             source.deaths,
         )

@@ -1,7 +1,9 @@
 """A cluster source whose farm grows with worker jobs: the run's own cluster (its srun
 workers, or only a scheduler in sbatch mode) plus the pool of worker jobs that add workers
 to it. The cluster owns its scaling, as distributed's ``SpecCluster.adapt`` does: the
-executor sees one :class:`..base.ClusterSource` and never the pool.
+executor sees one :class:`..base.ClusterSource` and never the pool, whose parts are the
+source's :attr:`..base.ClusterSource.growth` (:class:`PoolGrowth`) and
+:attr:`..base.ClusterSource.clock` (:class:`PoolClock`).
 
 What the pool changes about the source:
 
@@ -18,7 +20,7 @@ What the pool changes about the source:
   cancelled after the inner source closed, and the pool's summary is the last word;
 - **clocks**: the run's runway (worker jobs with a time limit) is the pool's, and each
   worker job lands before its limit, its jobs moved or stopped by the run's
-  :class:`.pool.Landings`.
+  :class:`..base.Landings`.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import TYPE_CHECKING
 
 from ...worker.clock import AllocationEnd, Runway
 from ...worker.supervisor import Swept
-from ..base import ClusterSource
+from ..base import ClusterSource, Growth, Landings, SourceClock
 from ..security import RunSecurity
-from .pool import Landings, WorkerJobs
+from .pool import WorkerJobs
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -47,6 +49,8 @@ class GrowingCluster(ClusterSource):
         self.security: RunSecurity = inner.security
         self.record_dir: Path | None = inner.record_dir
         self.restarts_workers = inner.restarts_workers
+        self.growth = PoolGrowth(pool)
+        self.clock = PoolClock(inner.clock, pool)
 
     @property
     def bringup_seconds(self) -> float | None:  # for the benchmarks' timing hook
@@ -96,6 +100,27 @@ class GrowingCluster(ClusterSource):
     def deaths(self) -> list[str]:
         return self.inner.deaths()
 
+    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
+        if self.pool.owns(worker):
+            return self.pool.sweep(worker, list(keys))
+        return self.inner.sweep(worker, keys)
+
+    def end_worker(self, name: str, pid: int | None) -> str | None:
+        if self.pool.owns(name):
+            return self.pool.end_worker(name, pid) if pid is not None else None
+        return self.inner.end_worker(name, pid)
+
+    def closing_lines(self) -> list[str]:
+        line = self.pool.summary()
+        return [*self.inner.closing_lines(), *([line] if line else [])]
+
+
+class PoolGrowth(Growth):
+    """The run's growth: what the pool's worker jobs will offer, and may still bring."""
+
+    def __init__(self, pool: WorkerJobs):
+        self.pool = pool
+
     def future_offers(self) -> list[dict[str, float]]:
         return self.pool.offers()
 
@@ -108,18 +133,17 @@ class GrowingCluster(ClusterSource):
     def lost_with_its_job(self, worker: str, noticed: float) -> bool:
         return self.pool.owns(worker) and self.pool.ending(worker, noticed)
 
-    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
-        if self.pool.owns(worker):
-            return self.pool.sweep(worker, list(keys))
-        return self.inner.sweep(worker, keys)
 
-    def end_worker(self, name: str, pid: int | None) -> str | None:
-        if self.pool.owns(name):
-            return self.pool.end_worker(name, pid) if pid is not None else None
-        return self.inner.end_worker(name, pid)
+class PoolClock(SourceClock):
+    """The run's own workers' end is the inner source's (``inner``); the runway is the
+    pool's, and its worker jobs land."""
+
+    def __init__(self, inner: SourceClock | None, pool: WorkerJobs):
+        self.inner = inner
+        self.pool = pool
 
     def allocation_end(self) -> AllocationEnd | None:
-        return self.inner.allocation_end()
+        return self.inner.allocation_end() if self.inner is not None else None
 
     def runway(self) -> Runway | None:
         return self.pool.runway
@@ -127,7 +151,3 @@ class GrowingCluster(ClusterSource):
     def land_worker_jobs_with(self, landings: Landings) -> bool:
         self.pool.landings = landings
         return True
-
-    def closing_lines(self) -> list[str]:
-        line = self.pool.summary()
-        return [*self.inner.closing_lines(), *([line] if line else [])]

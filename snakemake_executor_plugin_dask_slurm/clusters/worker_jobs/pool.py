@@ -19,7 +19,7 @@ shrink it when they are idle (the lifecycle; the decisions are :mod:`.policy`'s)
 - **Each job's clock**: squeue also says how long each running worker job has left; from
   its landing point (its end less the landing margin) it *lands*: its workers leave Dask's
   running set (``dask_slurm_land``), the jobs they hold are moved (not started) or stopped
-  (cannot finish before its hard stop) by the run (:class:`Landings`), the rest finish,
+  (cannot finish before its hard stop) by the run (:class:`..base.Landings`), the rest finish,
   then its workers retire through the scheduler and the job ends by itself, before SLURM's
   SIGTERM (a job still listed a few seconds before its end is cancelled). While it still
   has work its successor is submitted in time (:func:`.policy.successor_due`).
@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ...config import GrowthConfig
 from ...errors import DaskSlurmError
@@ -77,6 +77,7 @@ from ...worker.scheduler_preload import (
 )
 from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
+from ..base import Landings
 from ..spec import WorkerRecipe
 from . import policy
 
@@ -134,18 +135,6 @@ class Action(enum.Enum):
     STOPPED = "stopped"
     #: Its time limit came near: its workers left with nothing lost; it ends itself.
     LANDED = "landed"
-
-
-class Landings(Protocol):
-    """What the run does with the jobs on a landing worker job's workers (the dispatch
-    side: :class:`...dispatch.clock.worker_jobs.WorkerJobLanding`)."""
-
-    def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
-        """Move what has not started, stop what cannot finish by ``hard_stop``: (going
-        on, stopped, moved)."""
-
-    def stop(self, job_id: str, keys: Sequence[str]) -> int:
-        """Stop ``keys`` at the hard stop: how many."""
 
 
 @dataclass
