@@ -17,6 +17,7 @@ from ..clusters.base import ClusterSource, started_lines, worker_offers
 from ..clusters.run_dir import RunFiles
 from ..config import RunConfig
 from ..dispatch.admission import Capacity
+from ..dispatch.again import Snakemake
 from ..dispatch.clock.allocation import AllocationClock, RunControls
 from ..dispatch.clock.placement import Placement
 from ..dispatch.clock.worker_jobs import WorkerJobLanding
@@ -32,7 +33,7 @@ from ..dispatch.usage_listener import usage_listener
 from ..report.hints import run_speed_hint
 from ..worker import timing
 from . import signals
-from .failures import Failures, Say, Snakemake
+from .failures import Failures, Say
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Run:
         placement = Placement.for_run(clock, runway, registry.quiet)
         if placement is not None:  # every worker's clock (docs/architecture.md)
             listeners.append(placement)
-            failures.placement = placement
+            failures.again.placement = placement
         durations = placement.durations if placement is not None else None
         landing = WorkerJobLanding.of(registry, dispatcher, durations)
         lands = planned is not None and planned.land_worker_jobs_with(landing)
