@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
-from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import worker_job_of
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.provider import (
     batch_script,
     submission_env,
-    worker_job_of,
 )
 from snakemake_executor_plugin_dask_slurm.config import resolve_growth
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event

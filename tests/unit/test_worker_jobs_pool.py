@@ -18,8 +18,11 @@ from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     GROW_AFTER,
     POLL_SECONDS,
     Action,
-    GrowthCommands,
     WorkerJobs,
+)
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.provider import (
+    GrowthCommands,
+    SlurmProvider,
 )
 from snakemake_executor_plugin_dask_slurm.config import GrowthConfig
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
@@ -61,14 +64,13 @@ class Pool:
             srun_args=(), extra_args=(), restarts=0, env=(), job_prefix=True,
         )  # fmt: skip
         commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
+        provider = SlurmProvider(config, recipe, tmp_path, "dask-slurm-t", commands, self.slurm)
         self.jobs = WorkerJobs(
-            config, recipe, tmp_path, "dask-slurm-t", commands,
-            self.said.append, self.warned.append, slurm=self.slurm,
-            runway=runway, landing_margin=120.0,
-        )  # fmt: skip
+            provider, self.said.append, self.warned.append, runway=runway, landing_margin=120.0
+        )
         self.landings = Landings()
         self.jobs.landings = self.landings
-        self.jobs.prepare()
+        provider.prepare()
         self.jobs.call_scheduler = self.scheduler
 
     def tick(self, at: float) -> None:
@@ -79,9 +81,9 @@ class Pool:
 def test_prepare_checks_with_test_only_and_learns_the_nodes(tmp_path: Path) -> None:
     pool = Pool(tmp_path)
     assert pool.slurm.commands("sbatch")[0][:3] == ["sbatch", "--parsable", "--test-only"]
-    assert pool.jobs.node_cpus == {"n1": 4, "n2": 4, "n3": 8}
-    assert pool.jobs.cpus_per_job == 4.0  # one whole node, counted low
-    assert pool.jobs.offers() == [{"cpus": 4.0}, {"cpus": 8.0}]
+    assert pool.jobs.provider.node_cpus == {"n1": 4, "n2": 4, "n3": 8}
+    assert pool.jobs.provider.cpus_per_job == 4.0  # one whole node, counted low
+    assert pool.jobs.provider.offers() == [{"cpus": 4.0}, {"cpus": 8.0}]
     assert (tmp_path / "worker-jobs" / "worker-job.py").read_text().startswith("#!/p\n")
 
 
@@ -90,9 +92,9 @@ def test_prepare_names_the_options_when_slurm_refuses(tmp_path: Path) -> None:
     slurm = ScriptedSlurm(refuse="sbatch: error: invalid partition specified: nosuch")
     config = GrowthConfig(2, 1, None, None, "nosuch", None, (), 60.0)
     recipe = WorkerRecipe("/p", "/s", "/r", str(tmp_path), None, None, (), (), 0, (), True)
-    jobs = WorkerJobs(
+    jobs = SlurmProvider(
         config, recipe, tmp_path, "t", GrowthCommands("sbatch", "squeue", "scancel", "sinfo",
-        "srun"), print, print, slurm=slurm,
+        "srun"), slurm=slurm,
     )  # fmt: skip
     with pytest.raises(DaskSlurmError) as caught:
         jobs.prepare()
@@ -227,7 +229,7 @@ def test_a_bad_sbatch_args_option_is_blamed_on_that_setting(tmp_path: Path) -> N
     config = GrowthConfig(2, 1, None, None, None, None, ("--bogus",), 60.0, only_source=True)
     recipe = WorkerRecipe("/p", "/s", "/r", str(tmp_path), None, None, (), (), 0, (), True)
     commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
-    jobs = WorkerJobs(config, recipe, tmp_path, "t", commands, print, print, slurm=slurm)
+    jobs = SlurmProvider(config, recipe, tmp_path, "t", commands, slurm=slurm)
     with pytest.raises(DaskSlurmError) as caught:
         jobs.prepare()
     assert str(caught.value) == (

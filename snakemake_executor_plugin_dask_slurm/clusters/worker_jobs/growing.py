@@ -122,7 +122,7 @@ class PoolGrowth(Growth):
         self.pool = pool
 
     def future_offers(self) -> list[dict[str, float]]:
-        return self.pool.offers()
+        return self.pool.provider.offers()
 
     def workers_may_come(self) -> bool:
         return self.pool.active()

@@ -1,12 +1,9 @@
 """Worker jobs: grow the farm with sbatch jobs whose workers join the run's scheduler, and
 shrink it when they are idle (the lifecycle; the decisions are :mod:`.policy`'s).
 
-- **Before anything starts** (:meth:`WorkerJobs.prepare`): the partition's nodes and their
-  CPUs (``sinfo``: what one worker job brings, so that jobs larger than the first
-  allocation's nodes are not refused), the recipe and the two-line Python batch script
-  written into the run directory, and ``sbatch --test-only`` with the very options of the
-  real submissions: a wrong partition, account or size is an error at start-up that names
-  the option.
+- **Before anything starts**, its SLURM provider is prepared
+  (:meth:`.provider.SlurmProvider.prepare`: sinfo, the batch script, ``sbatch --test-only``);
+  every SLURM command goes through that provider.
 - **A thread** (:meth:`WorkerJobs.start`) that every second asks the scheduler what waits
   and what each worker holds (one small RPC, ``dask_slurm_load``), every few seconds asks
   ``squeue`` about the worker jobs (one call for all), decides (:func:`.policy.decide`),
@@ -32,41 +29,17 @@ executor runs those jobs again elsewhere (:mod:`...dispatch.recovery`).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
 import logging
 import math
-import os
-import shlex
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...config import GrowthConfig
-from ...errors import DaskSlurmError
-from ...report.hints import blame_setting
-from ...slurm.argv import (
-    sbatch_command,
-    scancel_command,
-    sinfo_command,
-    squeue_command,
-)
 from ...slurm.hostlist import expand_hostlist
-from ...slurm.run import (
-    Queued,
-    Slurm,
-    SlurmCommandError,
-    end_worker_on_node,
-    find_commands,
-    node_of_worker,
-    parse_sinfo,
-    parse_squeue,
-    sweep_node,
-)
+from ...slurm.run import SlurmCommandError, node_of_worker
 from ...slurm.states import GONE, Phase, phase
 from ...worker.clock import Runway, scaled_margins
 from ...worker.scheduler_preload import (
@@ -78,8 +51,8 @@ from ...worker.scheduler_preload import (
 from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
 from ..base import Landings
-from ..spec import WorkerRecipe
 from . import policy
+from .provider import SLURM_TIMEOUT, SlurmProvider
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -91,7 +64,6 @@ TICK_SECONDS = 1.0
 POLL_SECONDS = 5.0
 #: A backlog must last this long before a worker job is submitted.
 GROW_AFTER = 5.0
-SLURM_TIMEOUT = 30.0
 RPC_TIMEOUT = 5.0
 #: A retired job still listed this long after its workers left is cancelled.
 RETIRE_GRACE = 30.0
@@ -104,24 +76,6 @@ GONE_TIMEOUT = 20.0
 END_GUARD = 5.0
 SCRIPT_NAME = "worker-job.py"
 RECIPE_NAME = "recipe.json"
-
-
-@dataclass(frozen=True)
-class GrowthCommands:
-    sbatch: str
-    squeue: str
-    scancel: str
-    sinfo: str
-    srun: str
-
-    @classmethod
-    def find(cls) -> GrowthCommands:
-        found = find_commands(
-            [field.name for field in dataclasses.fields(cls)],
-            "Worker jobs are submitted, watched and cancelled with them (or run without "
-            "--dask-slurm-worker-jobs).",
-        )
-        return cls(**found)
 
 
 class Action(enum.Enum):
@@ -169,23 +123,6 @@ class TrackedJob:
     cancelled_at_end: bool = False
 
 
-def submission_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment sbatch runs in: without this allocation's SLURM_* variables
-    (SLURM_CONF excepted), which sbatch would otherwise pass into the worker job and
-    which would describe the wrong allocation there."""
-    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-
-
-def batch_script(python: str, recipe_path: Path) -> str:
-    """The worker job's batch script: Python, no shell."""
-    return (
-        f"#!{python}\n"
-        "# A dask-slurm worker job: Dask workers on this job's nodes join a running workflow.\n"
-        "from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.in_job import main\n"
-        f"raise SystemExit(main([{str(recipe_path)!r}]))\n"
-    )
-
-
 def worker_job_of(worker: str) -> str | None:
     """``j1234-n3`` -> ``1234`` (None: not a worker job's worker)."""
     if not worker.startswith("j"):
@@ -199,18 +136,15 @@ class WorkerJobs:
 
     def __init__(
         self,
-        config: GrowthConfig,
-        recipe: WorkerRecipe,
-        run_dir: Path,
-        name: str,
-        commands: GrowthCommands,
+        provider: SlurmProvider,
         say: Callable[[str], None],
         warn: Callable[[str], None],
-        slurm: Slurm | None = None,
         runway: Runway | None = None,
         landing_margin: float = 0.0,
     ):
-        self.config = config
+        #: SLURM: submit, status, cancel (prepared before the pool starts).
+        self.provider = provider
+        self.config = provider.config
         #: The run's runway (None: worker jobs are not placed by time, see worker/clock.py).
         self.runway = runway
         #: --dask-slurm-landing-margin (0: worker jobs do not land by themselves).
@@ -222,15 +156,8 @@ class WorkerJobs:
         #: Jobs a landing stopped (they run again elsewhere) or moved before they started.
         self.stopped_at_limit = 0
         self.moved_at_landing = 0
-        self.slurm = slurm or Slurm()
-        self.recipe = recipe
-        self.dir = run_dir / "worker-jobs"
-        self.logs = Path(recipe.log_dir)
-        self.name = name
-        self.commands = commands
         self.say, self.warn = say, warn
         self.jobs: dict[str, TrackedJob] = {}
-        self.node_cpus: dict[str, int] = {}
         self.failures = 0
         self.next_submission = 0.0
         self.paused = False
@@ -244,94 +171,6 @@ class WorkerJobs:
         self._lock = threading.Lock()
         #: Calls a handler of the scheduler's (``name, **kwargs``): set by :meth:`start`.
         self.call_scheduler: Callable[..., Any] | None = None
-
-    # -- before anything starts --------------------------------------------------------
-
-    def prepare(self) -> None:
-        """Nodes of the partition, the batch script, and SLURM's dry run of a submission."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        recipe_path = self.dir / RECIPE_NAME
-        recipe_path.write_text(self.recipe.to_json())
-        script = self.dir / SCRIPT_NAME
-        script.write_text(batch_script(self.recipe.python, recipe_path))
-        script.chmod(0o700)
-        try:
-            said = self._sbatch(test_only=True)
-        except SlurmCommandError as e:
-            blame = blame_setting(e.said, {"--dask-slurm-sbatch-args": self.config.sbatch_args})
-            if blame:
-                raise DaskSlurmError(
-                    f"sbatch refused the worker jobs (checked with sbatch --test-only before "
-                    f"submitting anything): {e.said.strip()}. {blame}"
-                ) from None
-            raise DaskSlurmError(
-                f"SLURM would not accept the worker jobs (checked with sbatch --test-only "
-                f"before submitting anything): {e.said.strip() or e.problem}. The options "
-                f"were: {self.options_text()}. Fix the one SLURM names (a partition or "
-                "account that does not exist or that you may not use, more nodes or CPUs "
-                "than a node or the partition has, a time limit above the partition's), "
-                f"{self.config.way_out}."
-            ) from None
-        logger.debug("sbatch --test-only said: %s", said)
-        listed = self.slurm.run(
-            sinfo_command(self.config.partition, self.commands.sinfo), SLURM_TIMEOUT
-        )
-        self.node_cpus = parse_sinfo(listed)
-        if not self.node_cpus:
-            where = f"partition {self.config.partition}" if self.config.partition else "SLURM"
-            raise DaskSlurmError(
-                f"Worker jobs: {where} lists no node that is up (sinfo). Name a partition "
-                "with nodes in service with --dask-slurm-worker-job-partition."
-            )
-
-    def options_text(self) -> str:
-        c = self.config
-        parts = [
-            f"--dask-slurm-worker-job-nodes {c.nodes}",
-            f"--dask-slurm-worker-job-cpus {c.cpus_per_node}"
-            if c.cpus_per_node
-            else "whole nodes (--exclusive)",
-        ]
-        if c.partition:
-            parts.append(f"--dask-slurm-worker-job-partition {c.partition}")
-        if c.account:
-            parts.append(f"--dask-slurm-worker-job-account {c.account}")
-        if c.time_limit:
-            parts.append(f"--dask-slurm-worker-job-time {c.time_limit}")
-        if c.sbatch_args:
-            parts.append(f"--dask-slurm-sbatch-args {shlex.join(c.sbatch_args)!r}")
-        return ", ".join(parts)
-
-    def offers(self) -> list[dict[str, float]]:
-        """What one worker of a worker job offers (for admission): its CPUs."""
-        if self.config.cpus_per_node:
-            return [{"cpus": float(self.config.cpus_per_node)}]
-        return [{"cpus": float(c)} for c in sorted(set(self.node_cpus.values()))]
-
-    @property
-    def cpus_per_job(self) -> float:
-        """What one worker job brings, counted low (the smallest nodes)."""
-        per_node = self.config.cpus_per_node or min(self.node_cpus.values(), default=1)
-        return float(per_node * self.config.nodes)
-
-    def _sbatch(self, test_only: bool = False) -> str:
-        argv = sbatch_command(
-            str(self.dir / SCRIPT_NAME),
-            job_name=self.name,
-            output=str(self.logs / "worker-job-%j.out"),
-            nodes=self.config.nodes,
-            cpus_per_node=self.config.cpus_per_node,
-            time_limit=self.config.time_limit,
-            partition=self.config.partition,
-            account=self.config.account,
-            sbatch_args=self.config.sbatch_args,
-            test_only=test_only,
-            sbatch=self.commands.sbatch,
-        )
-        self.logs.mkdir(parents=True, exist_ok=True)
-        return self.slurm.run(
-            argv, SLURM_TIMEOUT, env=submission_env(os.environ), cwd=str(self.dir)
-        )
 
     # -- the thread --------------------------------------------------------------------
 
@@ -392,7 +231,7 @@ class WorkerJobs:
                     for j in live
                 ],
                 max_jobs=self.config.max_jobs,
-                cpus_per_job=self.cpus_per_job,
+                cpus_per_job=self.provider.cpus_per_job,
                 idle_seconds=self.config.idle_seconds,
                 empty_since=self.empty_since,
                 next_submission=self.next_submission,
@@ -442,13 +281,12 @@ class WorkerJobs:
         ids = [j.job_id for j in self.jobs.values() if j.ended is None]
         if not ids:
             return
-        done = self.slurm.ask(squeue_command(ids, self.commands.squeue), SLURM_TIMEOUT)
-        if done is None or (done.returncode != 0 and "Invalid job id" not in done.stderr):
+        states = self.provider.status(ids)
+        if states is None:
             return  # the controller did not answer: ask again next time
-        states = parse_squeue(done.stdout)
         for job_id in ids:
             job = self.jobs[job_id]
-            queued = states.get(job_id, Queued(GONE, ""))
+            queued = states[job_id]
             state, nodes = queued.state, queued.nodes
             state = state.split()[0] if state else GONE
             if nodes and nodes not in ("(null)", "None assigned"):
@@ -476,8 +314,7 @@ class WorkerJobs:
         ran = f" after running {job.ended - job.started:.0f} s" if job.started and job.ended else ""
         self.warn(
             f"worker job {job.job_id} ended under the run ({job.state}){ran}: the jobs its "
-            f"workers ran are run again elsewhere; its log: {self.logs}/worker-job-"
-            f"{job.job_id}.out"
+            f"workers ran are run again elsewhere; its log: {self.provider.log_of(job.job_id)}"
         )
 
     def _submit(
@@ -487,7 +324,7 @@ class WorkerJobs:
         submitted = []
         for index in range(count):
             try:
-                said = self._sbatch()
+                job_id, said = self.provider.submit()
             except SlurmCommandError as e:
                 self.failures += 1
                 self.next_submission, self.paused = policy.after_failure(self.failures, now)
@@ -503,16 +340,16 @@ class WorkerJobs:
                         f"{self.next_submission - now:.0f} s: {e}"
                     )
                 break
-            job_id = said.strip().splitlines()[-1].split(";")[0].strip() if said.strip() else ""
-            if not job_id.isdigit():
+            if job_id is None:
                 self.warn(f"worker jobs: sbatch printed no job id: {said.strip()!r}")
                 break
             self.failures = 0
-            self.jobs[job_id] = TrackedJob(job_id, self.cpus_per_job, now)
+            self.jobs[job_id] = TrackedJob(job_id, self.provider.cpus_per_job, now)
             submitted.append(job_id)
             if replacing:
                 self.jobs[job_id].replaces = replacing[index]
                 self.jobs[replacing[index]].successor = job_id
+        name = self.provider.name
         if submitted and replacing:
             lines = []
             for job_id in submitted:
@@ -523,7 +360,7 @@ class WorkerJobs:
                 )
             wait = max(self.waits[-policy.RECENT_WAITS :], default=0.0)
             self.say(
-                f"submitted {'; '.join(lines)} ({self.name}; the longest wait for its "
+                f"submitted {'; '.join(lines)} ({name}; the longest wait for its "
                 f"workers so far: {wait:.0f} s)"
             )
             self._last_poll = 0.0
@@ -531,7 +368,7 @@ class WorkerJobs:
             self.first_submission = self.first_submission or now
             pending = sum(1 for j in self.jobs.values() if j.ended is None and not j.joined)
             self.say(
-                f"submitted worker job(s) {', '.join(submitted)} ({self.name}): jobs wait for "
+                f"submitted worker job(s) {', '.join(submitted)} ({name}): jobs wait for "
                 f"{waiting:g} CPU(s); {pending} worker job(s) now queued or starting, at "
                 f"most {self.config.max_jobs} at once"
             )
@@ -577,7 +414,7 @@ class WorkerJobs:
             connected = any(name in held for name in job.workers)
             if now >= job.end_at - END_GUARD and connected and not job.cancelled_at_end:
                 job.cancelled_at_end = True
-                self.slurm.ask(scancel_command([job.job_id], self.commands.scancel), SLURM_TIMEOUT)
+                self.provider.cancel([job.job_id])
                 self.warn(
                     f"worker job {job.job_id} was still running {END_GUARD:.0f} s before its "
                     "time limit: cancelled (its workers' supervisors end what runs there)"
@@ -623,7 +460,7 @@ class WorkerJobs:
     def _cancel(self, ids: list[str], now: float, action: Action) -> None:
         if not ids:
             return
-        self.slurm.ask(scancel_command(ids, self.commands.scancel), SLURM_TIMEOUT)
+        self.provider.cancel(ids)
         for job_id in ids:
             job = self.jobs[job_id]
             job.action, job.action_at = action, now
@@ -654,7 +491,7 @@ class WorkerJobs:
             and now - (j.action_at or now) > RETIRE_GRACE
         ]
         if stuck:
-            self.slurm.ask(scancel_command(stuck, self.commands.scancel), SLURM_TIMEOUT)
+            self.provider.cancel(stuck)
             for job_id in stuck:
                 self.jobs[job_id].action_at = now  # once per grace period
 
@@ -702,15 +539,14 @@ class WorkerJobs:
             )
         if node is None:
             return None
-        return sweep_node(self.slurm, self.commands.srun, sys.executable, node, keys, job.job_id)
+        return self.provider.sweep(job.job_id, node, keys)
 
     def end_worker(self, worker: str, pid: int) -> str | None:
         """End a silent worker of a worker job, with a step in that job on its node."""
         job, node = self._where(worker)
         if job is None or node is None or job.ended is not None:
             return None
-        srun = self.commands.srun
-        return end_worker_on_node(self.slurm, srun, sys.executable, node, pid, job.job_id)
+        return self.provider.end_worker(job.job_id, node, pid)
 
     def _where(self, worker: str) -> tuple[TrackedJob | None, str | None]:
         """The worker job a worker runs in, and its node."""
@@ -738,7 +574,7 @@ class WorkerJobs:
                 job = self.jobs[job_id]
                 if job.action is None:
                     job.action, job.action_at = Action.STOPPED, now
-            self.slurm.ask(scancel_command(left, self.commands.scancel), SLURM_TIMEOUT)
+            self.provider.cancel(left)
 
             def none_left() -> bool:
                 self._poll(time.time())
