@@ -14,10 +14,10 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     GROW_AFTER,
     POLL_SECONDS,
-    Action,
     WorkerJobs,
 )
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.provider import (
@@ -134,7 +134,7 @@ def test_a_lasting_backlog_submits_and_a_job_is_seen_to_start_join_and_retire(
     assert pool.jobs.jobs["100"].action is Action.RETIRED
     pool.slurm.end("100")
     pool.tick(at + 12 + POLL_SECONDS)
-    assert pool.jobs.jobs["100"].end == "retired" and pool.warned == []
+    assert pool.jobs.jobs["100"].end is End.RETIRED and pool.warned == []
     summary = pool.jobs.summary()
     assert summary is not None and summary.startswith("worker jobs: 2 submitted, 1 ran")
 
@@ -177,7 +177,8 @@ def test_a_job_that_ends_under_the_run_is_told_once(tmp_path: Path) -> None:
     pool.tick(GROW_AFTER + 3 * POLL_SECONDS)
     assert len(pool.warned) == 1
     assert pool.warned[0].startswith("worker job 100 ended under the run (TIMEOUT) after running")
-    assert pool.jobs.jobs["100"].end == "ended (timeout)"
+    assert pool.jobs.jobs["100"].end is End.UNDER_THE_RUN
+    assert pool.jobs.jobs["100"].end_words() == "ended (timeout)"
 
 
 def test_failed_submissions_back_off_then_growth_pauses(tmp_path: Path) -> None:
@@ -300,7 +301,7 @@ def test_a_worker_job_lands_before_its_limit_and_its_successor_comes_in_time(
     assert pool.scheduler.retired == [["j100-n1"]]
     pool.slurm.end("100")  # its steps ended, so did the job: by itself
     pool.tick(end - 14 + POLL_SECONDS)
-    assert pool.jobs.jobs["100"].end == "landed"
+    assert pool.jobs.jobs["100"].end is End.LANDED
     assert pool.slurm.commands("scancel") == [] and pool.warned == []
     summary = pool.jobs.summary()
     assert summary is not None and summary.startswith("worker jobs: 2 submitted, 2 ran, for ")

@@ -3,6 +3,8 @@
 - :mod:`.policy`: when to submit, cancel or retire worker jobs (pure, table-tested);
 - :mod:`.provider`: SLURM's side (Parsl's provider shape): ``sbatch --test-only`` at
   start-up, then submit, status, cancel, and a step in a worker job;
+- :mod:`.job`: one worker job's state machine (its states, what the plugin did to it, its
+  end);
 - :mod:`.pool`: the loop in Snakemake's process (the thread that watches the load and
   acts, one ``scancel`` at the end);
 - :mod:`.growing`: the run's cluster source plus the pool, as one source;

@@ -28,19 +28,14 @@ executor runs those jobs again elsewhere (:mod:`...dispatch.recovery`).
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...slurm.hostlist import expand_hostlist
 from ...slurm.run import SlurmCommandError, node_of_worker
-from ...slurm.states import GONE, Phase, phase
 from ...worker.clock import Runway, scaled_margins
 from ...worker.scheduler_preload import (
     LAND_HANDLER,
@@ -52,6 +47,7 @@ from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
 from ..base import Landings
 from . import policy
+from .job import LIVE, Action, End, Seen, State, WorkerJob, worker_job_of
 from .provider import SLURM_TIMEOUT, SlurmProvider
 
 if TYPE_CHECKING:
@@ -74,61 +70,6 @@ GONE_TIMEOUT = 20.0
 #: A landed job still listed this long before its end is cancelled (it must not meet
 #: SLURM's SIGTERM with jobs on it).
 END_GUARD = 5.0
-SCRIPT_NAME = "worker-job.py"
-RECIPE_NAME = "recipe.json"
-
-
-class Action(enum.Enum):
-    """What the plugin did to a worker job (its end is then no surprise)."""
-
-    #: Idle with nothing waiting: its workers left through the scheduler; it ends itself.
-    RETIRED = "retired"
-    #: Pending and no longer needed.
-    CANCELLED = "cancelled"
-    #: The run ended.
-    STOPPED = "stopped"
-    #: Its time limit came near: its workers left with nothing lost; it ends itself.
-    LANDED = "landed"
-
-
-@dataclass
-class TrackedJob:
-    """One worker job as the plugin knows it."""
-
-    job_id: str
-    cpus: float
-    submitted: float
-    state: str = "PENDING"
-    nodes: tuple[str, ...] = ()
-    started: float | None = None
-    joined: float | None = None
-    ended: float | None = None
-    #: Why it ended, as the plugin tells it (None: still there, or not yet known).
-    end: str | None = None
-    #: What the plugin did to it.
-    action: Action | None = None
-    action_at: float | None = None
-    idle_since: float | None = None
-    workers: set[str] = field(default_factory=set)
-    #: How many of its workers the run has announced as joined (a job of nodes of
-    #: different sizes starts one srun step per size; they join one after the other).
-    announced: int = 0
-    #: Its end, from squeue's time left (None: no time limit, or not running yet).
-    end_at: float | None = None
-    #: The job submitted to replace it before it lands, and the one it replaces.
-    successor: str | None = None
-    replaces: str | None = None
-    #: Its landing: the hard stop done; cancelled just before its end (still there).
-    hard_stopped: bool = False
-    cancelled_at_end: bool = False
-
-
-def worker_job_of(worker: str) -> str | None:
-    """``j1234-n3`` -> ``1234`` (None: not a worker job's worker)."""
-    if not worker.startswith("j"):
-        return None
-    job_id = worker[1:].partition("-")[0]
-    return job_id if job_id.isdigit() else None
 
 
 class WorkerJobs:
@@ -157,7 +98,7 @@ class WorkerJobs:
         self.stopped_at_limit = 0
         self.moved_at_landing = 0
         self.say, self.warn = say, warn
-        self.jobs: dict[str, TrackedJob] = {}
+        self.jobs: dict[str, WorkerJob] = {}
         self.failures = 0
         self.next_submission = 0.0
         self.paused = False
@@ -212,24 +153,12 @@ class WorkerJobs:
                 self.backlog_since = None
                 self.empty_since = self.empty_since or now
             self._land_due(held, now)
-            live = [j for j in self.jobs.values() if j.ended is None and j.action is None]
+            live = [j for j in self.jobs.values() if j.state in LIVE]
             alive = {j.job_id for j in live}
             situation = policy.Situation(
                 now=now,
                 backlog_cpus=waiting,
-                jobs=[
-                    policy.JobView(
-                        j.job_id,
-                        policy.RUNNING if j.joined else policy.PENDING,
-                        j.cpus,
-                        j.idle_since,
-                        j.submitted,
-                        self._landing_at(j),
-                        replaced=j.successor is not None,
-                        replacing=j.replaces in alive,
-                    )
-                    for j in live
-                ],
+                jobs=[j.view(self._landing_at(j), alive) for j in live],
                 max_jobs=self.config.max_jobs,
                 cpus_per_job=self.provider.cpus_per_job,
                 idle_seconds=self.config.idle_seconds,
@@ -252,33 +181,28 @@ class WorkerJobs:
             self._cancel_stuck_retirements(now)
 
     def _see_workers(self, held: Mapping[str, int], now: float) -> None:
-        by_job: dict[str, list[int]] = {}
+        by_job: dict[str, dict[str, int]] = {}
         for name, tasks in held.items():
             job_id = worker_job_of(name)
             if job_id is not None:
-                by_job.setdefault(job_id, []).append(tasks)
-                if job_id in self.jobs:
-                    self.jobs[job_id].workers.add(name)
-        for job_id, counts in by_job.items():
+                by_job.setdefault(job_id, {})[name] = tasks
+        for job_id, workers in by_job.items():
             job = self.jobs.get(job_id)
             if job is None:
                 continue
-            if job.joined is None:
-                job.joined = now
+            first, more = job.workers_hold(workers, now)
+            if first:
                 self.waits.append(now - job.submitted)
-            if len(job.workers) > job.announced:
-                job.announced = len(job.workers)
+            if more:
                 self.say(
                     f"worker job {job_id}: {len(job.workers)} worker(s) joined "
                     f"({', '.join(sorted(job.workers))}), "
                     f"{now - job.submitted:.0f} s after submission"
                 )
-            busy = any(counts)
-            job.idle_since = None if busy else (job.idle_since or now)
 
     def _poll(self, now: float) -> None:
         self._last_poll = now
-        ids = [j.job_id for j in self.jobs.values() if j.ended is None]
+        ids = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
         if not ids:
             return
         states = self.provider.status(ids)
@@ -286,34 +210,19 @@ class WorkerJobs:
             return  # the controller did not answer: ask again next time
         for job_id in ids:
             job = self.jobs[job_id]
-            queued = states[job_id]
-            state, nodes = queued.state, queued.nodes
-            state = state.split()[0] if state else GONE
-            if nodes and nodes not in ("(null)", "None assigned"):
-                with contextlib.suppress(ValueError):
-                    job.nodes = tuple(expand_hostlist(nodes))
-            job.state = state
-            now_in = phase(state)
-            if now_in is Phase.STARTED and queued.left is not None:
-                job.end_at = now + queued.left
-            if now_in is Phase.STARTED and job.started is None:
-                job.started = now
+            seen = job.seen(states[job_id], now)
+            if seen is Seen.STARTED:
                 self.say(
                     f"worker job {job_id} started on {','.join(job.nodes) or '?'} after "
                     f"{now - job.submitted:.0f} s in the queue"
                 )
-            if now_in is Phase.ENDED:
-                job.ended = now
-                self._ended(job)
+            elif seen is Seen.ENDED and job.end is End.UNDER_THE_RUN:
+                self._ended_under_the_run(job)
 
-    def _ended(self, job: TrackedJob) -> None:
-        if job.action is not None:
-            job.end = job.action.value
-            return
-        job.end = f"ended ({job.state.lower()})"
+    def _ended_under_the_run(self, job: WorkerJob) -> None:
         ran = f" after running {job.ended - job.started:.0f} s" if job.started and job.ended else ""
         self.warn(
-            f"worker job {job.job_id} ended under the run ({job.state}){ran}: the jobs its "
+            f"worker job {job.job_id} ended under the run ({job.slurm_state}){ran}: the jobs its "
             f"workers ran are run again elsewhere; its log: {self.provider.log_of(job.job_id)}"
         )
 
@@ -344,7 +253,7 @@ class WorkerJobs:
                 self.warn(f"worker jobs: sbatch printed no job id: {said.strip()!r}")
                 break
             self.failures = 0
-            self.jobs[job_id] = TrackedJob(job_id, self.provider.cpus_per_job, now)
+            self.jobs[job_id] = WorkerJob(job_id, self.provider.cpus_per_job, now)
             submitted.append(job_id)
             if replacing:
                 self.jobs[job_id].replaces = replacing[index]
@@ -376,7 +285,7 @@ class WorkerJobs:
 
     # -- each job's clock ----------------------------------------------------------------
 
-    def _margin(self, job: TrackedJob) -> float:
+    def _margin(self, job: WorkerJob) -> float:
         """How long before its end a job lands: the runway's margin, else the landing
         margin scaled to its lifetime (0: it does not land)."""
         if self.runway is not None:
@@ -386,7 +295,7 @@ class WorkerJobs:
         start = job.started or job.joined or job.end_at
         return scaled_margins(job.end_at, start, self.landing_margin, 0.0)[0]
 
-    def _landing_at(self, job: TrackedJob) -> float | None:
+    def _landing_at(self, job: WorkerJob) -> float | None:
         margin = self._margin(job)
         if job.end_at is None or margin <= 0:
             return None
@@ -398,11 +307,11 @@ class WorkerJobs:
         its end."""
         for job in self.jobs.values():
             landing_at = self._landing_at(job)
-            if job.ended is not None or landing_at is None or job.end_at is None:
+            if job.state is State.ENDED or landing_at is None or job.end_at is None:
                 continue
-            if job.action is None and job.joined is not None and now >= landing_at:
+            if job.state is State.RUNNING and now >= landing_at:
                 self._land(job, now)
-            if job.action is not Action.LANDED:
+            if job.state is not State.LANDING:
                 continue
             hard_stop = job.end_at - self._margin(job) / 2
             if not job.hard_stopped and now >= hard_stop:
@@ -420,7 +329,7 @@ class WorkerJobs:
                     "time limit: cancelled (its workers' supervisors end what runs there)"
                 )
 
-    def _held(self, job: TrackedJob, why: str) -> list[str]:
+    def _held(self, job: WorkerJob, why: str) -> list[str]:
         """The tasks its workers hold, once they are out of the running set (nothing new
         goes to them)."""
         assert self.call_scheduler is not None
@@ -428,10 +337,10 @@ class WorkerJobs:
         logger.debug("worker job %s %s: its workers hold %s", job.job_id, why, held)
         return [key for keys in held.values() for key in keys]
 
-    def _land(self, job: TrackedJob, now: float) -> None:
+    def _land(self, job: WorkerJob, now: float) -> None:
         assert job.end_at is not None
         keys = self._held(job, "lands")  # if the scheduler does not answer: next tick
-        job.action, job.action_at = Action.LANDED, now
+        job.let_go(Action.LANDED, now)
         hard_stop = job.end_at - self._margin(job) / 2
         going_on = stopped = moved = 0
         if self.landings is not None and keys:
@@ -446,7 +355,7 @@ class WorkerJobs:
             f"{moved} not started go to other workers{successor}"
         )
 
-    def _hard_stop(self, job: TrackedJob) -> None:
+    def _hard_stop(self, job: WorkerJob) -> None:
         job.hard_stopped = True
         keys = self._held(job, "reached its hard stop")
         stopped = self.landings.stop(job.job_id, keys) if self.landings and keys else 0
@@ -462,21 +371,20 @@ class WorkerJobs:
             return
         self.provider.cancel(ids)
         for job_id in ids:
-            job = self.jobs[job_id]
-            job.action, job.action_at = action, now
+            self.jobs[job_id].let_go(action, now)
         if action is Action.CANCELLED:
             self.say(
                 f"cancelled pending worker job(s) {', '.join(ids)}: nothing has waited for "
                 f"{self.config.idle_seconds:g} s"
             )
 
-    def _retire(self, job: TrackedJob, now: float) -> None:
+    def _retire(self, job: WorkerJob, now: float) -> None:
         names = sorted(job.workers)
         assert self.call_scheduler is not None
         closed = self.call_scheduler(RETIRE_IDLE_HANDLER, names=names)
         if set(closed) != set(names):
             return  # one got a task meanwhile: it is not idle after all
-        job.action, job.action_at = Action.RETIRED, now
+        job.let_go(Action.RETIRED, now)
         self.say(
             f"worker job {job.job_id} retired: idle for {now - (job.idle_since or now):.0f} s "
             f"with nothing waiting; its worker(s) left, the job ends"
@@ -487,7 +395,7 @@ class WorkerJobs:
             j.job_id
             for j in self.jobs.values()
             if j.action is Action.RETIRED
-            and j.ended is None
+            and j.state is not State.ENDED
             and now - (j.action_at or now) > RETIRE_GRACE
         ]
         if stuck:
@@ -501,7 +409,7 @@ class WorkerJobs:
         """Whether workers may still come: a worker job is queued or running, or growth
         can still submit."""
         with self._lock:
-            if any(j.ended is None and j.action is None for j in self.jobs.values()):
+            if any(j.state in LIVE for j in self.jobs.values()):
                 return True
             return not self.paused
 
@@ -522,7 +430,7 @@ class WorkerJobs:
             with self._lock:
                 if self._last_poll <= after:
                     self._poll(time.time())
-            if job.ended is not None or job.state != "RUNNING":
+            if job.state is State.ENDED or job.slurm_state != "RUNNING":
                 return True
         return False
 
@@ -533,9 +441,9 @@ class WorkerJobs:
             return None
         with self._lock:
             self._poll(time.time())
-        if job.ended is not None:
+        if job.state is State.ENDED:
             return Swept(
-                f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
+                f"SLURM ended worker job {job.job_id} ({job.slurm_state}) and every process in it"
             )
         if node is None:
             return None
@@ -544,11 +452,11 @@ class WorkerJobs:
     def end_worker(self, worker: str, pid: int) -> str | None:
         """End a silent worker of a worker job, with a step in that job on its node."""
         job, node = self._where(worker)
-        if job is None or node is None or job.ended is not None:
+        if job is None or node is None or job.state is State.ENDED:
             return None
         return self.provider.end_worker(job.job_id, node, pid)
 
-    def _where(self, worker: str) -> tuple[TrackedJob | None, str | None]:
+    def _where(self, worker: str) -> tuple[WorkerJob | None, str | None]:
         """The worker job a worker runs in, and its node."""
         job = self.jobs.get(worker_job_of(worker) or "")
         return job, node_of_worker(worker, job.nodes) if job is not None else None
@@ -566,22 +474,22 @@ class WorkerJobs:
         squeue lists none any more."""
         self.stop()
         with self._lock:
-            left = [j.job_id for j in self.jobs.values() if j.ended is None]
+            left = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
             if not left:
                 return
             now = time.time()
             for job_id in left:
                 job = self.jobs[job_id]
-                if job.action is None:
-                    job.action, job.action_at = Action.STOPPED, now
+                if job.state in LIVE:
+                    job.let_go(Action.STOPPED, now)
             self.provider.cancel(left)
 
             def none_left() -> bool:
                 self._poll(time.time())
-                return all(j.ended is not None for j in self.jobs.values())
+                return all(j.state is State.ENDED for j in self.jobs.values())
 
             wait_until(none_left, GONE_TIMEOUT, interval=0.5)
-            still = [j.job_id for j in self.jobs.values() if j.ended is None]
+            still = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
         if still:
             self.warn(
                 f"worker job(s) {', '.join(still)} still listed by squeue "
@@ -594,16 +502,12 @@ class WorkerJobs:
         if not self.jobs:
             return None
         jobs = list(self.jobs.values())
-        # Ran: squeue saw it start, or its workers joined (a job can start and end between
-        # two looks at squeue).
-        ran = [j for j in jobs if j.started is not None or j.joined is not None]
-        node_seconds = sum(
-            ((j.ended or time.time()) - (j.started or j.joined or 0.0)) * max(1, len(j.nodes))
-            for j in ran
-        )
+        ran = [j for j in jobs if j.ran]
+        now = time.time()
+        node_seconds = sum(j.node_seconds(now) for j in ran)
         ends: dict[str, int] = {}
         for j in jobs:
-            ends[j.end or "running"] = ends.get(j.end or "running", 0) + 1
+            ends[j.end_words()] = ends.get(j.end_words(), 0) + 1
         how = ", ".join(f"{n} {what}" for what, n in sorted(ends.items()))
         first = (
             f"; first submitted {self.first_submission - self.first_backlog:.1f} s after "
