@@ -69,7 +69,7 @@ class Pool:
             provider, self.said.append, self.warned.append, runway=runway, landing_margin=120.0
         )
         self.landings = Landings()
-        self.jobs.landings = self.landings
+        self.jobs.lander.landings = self.landings
         provider.prepare()
         self.jobs.call_scheduler = self.scheduler
 

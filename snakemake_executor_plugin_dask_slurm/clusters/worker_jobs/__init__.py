@@ -5,6 +5,7 @@
   start-up, then submit, status, cancel, and a step in a worker job;
 - :mod:`.job`: one worker job's state machine (its states, what the plugin did to it, its
   end);
+- :mod:`.landing`: each worker job's landing before its time limit;
 - :mod:`.pool`: the loop in Snakemake's process (the thread that watches the load and
   acts, one ``scancel`` at the end);
 - :mod:`.growing`: the run's cluster source plus the pool, as one source;

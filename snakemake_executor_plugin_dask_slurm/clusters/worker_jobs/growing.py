@@ -149,5 +149,5 @@ class PoolClock(SourceClock):
         return self.pool.runway
 
     def land_worker_jobs_with(self, landings: Landings) -> bool:
-        self.pool.landings = landings
+        self.pool.lander.landings = landings
         return True

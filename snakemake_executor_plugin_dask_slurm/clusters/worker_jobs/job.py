@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...slurm.hostlist import expand_hostlist
@@ -199,3 +200,18 @@ class WorkerJob:
         return ((self.ended or now) - (self.started or self.joined or 0.0)) * max(
             1, len(self.nodes)
         )
+
+
+def tally(jobs: Sequence[WorkerJob], now: float) -> str:
+    """How many worker jobs were submitted and ran, for how long, and how they ended (the
+    start of the pool's closing line)."""
+    ran = [j for j in jobs if j.ran]
+    node_seconds = sum(j.node_seconds(now) for j in ran)
+    ends: dict[str, int] = {}
+    for j in jobs:
+        ends[j.end_words()] = ends.get(j.end_words(), 0) + 1
+    how = ", ".join(f"{n} {what}" for what, n in sorted(ends.items()))
+    return (
+        f"worker jobs: {len(jobs)} submitted, {len(ran)} ran, for "
+        f"{math.ceil(node_seconds / 60)} node-minute(s) in all ({how})"
+    )
