@@ -14,6 +14,7 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.growing import PoolGrowth
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     GROW_AFTER,
@@ -29,7 +30,8 @@ from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 from snakemake_executor_plugin_dask_slurm.worker.clock import Runway
 from tests.slurm_script import ScriptedScheduler, ScriptedSlurm
 
-#: Ticks happen at T0 + x: in the past, so that ending()'s looks (now) come after them.
+#: Ticks happen at T0 + x: in the past, so that lost_with_its_job()'s looks (now) come after
+#: them.
 T0 = time.time() - 3600
 
 
@@ -219,10 +221,11 @@ def test_a_job_failing_as_its_worker_job_ends_is_seen_as_lost(tmp_path: Path) ->
     pool.tick(GROW_AFTER)
     pool.slurm.start("100", "n3")
     pool.tick(GROW_AFTER + POLL_SECONDS)
-    assert not pool.jobs.ending("j100-n3", time.time())  # running: an ordinary failure
+    growth = PoolGrowth(pool.jobs)  # what the source asks the pool
+    assert not growth.lost_with_its_job("j100-n3", time.time())  # running: an ordinary failure
     pool.slurm.end("100", "CANCELLED")
-    assert pool.jobs.ending("j100-n3", time.time())
-    assert not pool.jobs.ending("n2", time.time())  # not a worker job's worker
+    assert growth.lost_with_its_job("j100-n3", time.time())
+    assert not growth.lost_with_its_job("n2", time.time())  # not a worker job's worker
 
 
 def test_a_bad_sbatch_args_option_is_blamed_on_that_setting(tmp_path: Path) -> None:

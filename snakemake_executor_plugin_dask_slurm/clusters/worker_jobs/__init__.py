@@ -8,7 +8,8 @@
 - :mod:`.landing`: each worker job's landing before its time limit;
 - :mod:`.pool`: the loop in Snakemake's process (the thread that watches the load and
   acts, one ``scancel`` at the end);
-- :mod:`.growing`: the run's cluster source plus the pool, as one source;
+- :mod:`.growing`: the run's cluster source plus the pool, as one source (what a worker
+  job's worker needs of the source: a sweep, its end, whether a job was lost with it);
 - :mod:`.in_job`: what runs inside a worker job, on its first node (one srun step of
   workers per node size).
 """

@@ -25,6 +25,7 @@ What the pool changes about the source:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,10 +34,14 @@ from ...worker.clock import AllocationEnd, Runway
 from ...worker.supervisor import Swept
 from ..base import ClusterSource, Growth, Landings, SourceClock
 from ..security import RunSecurity
+from .job import State
 from .pool import WorkerJobs
 
 if TYPE_CHECKING:
     from distributed import Client
+
+#: A job that failed on a worker job's worker: the second look at that job's state.
+ENDING_RECHECK = 0.5
 
 
 class GrowingCluster(ClusterSource):
@@ -101,14 +106,30 @@ class GrowingCluster(ClusterSource):
         return self.inner.deaths()
 
     def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
-        if self.pool.owns(worker):
-            return self.pool.sweep(worker, list(keys))
-        return self.inner.sweep(worker, keys)
+        """A worker job's worker: end its jobs' processes with a step in its worker job
+        (nothing to do if SLURM ended that job: every process in it ended with it)."""
+        if not self.pool.owns(worker):
+            return self.inner.sweep(worker, keys)
+        job, node = self.pool.where(worker)
+        if job is None:
+            return None
+        self.pool.refresh()
+        if job.state is State.ENDED:
+            return Swept(
+                f"SLURM ended worker job {job.job_id} ({job.slurm_state}) and every process in it"
+            )
+        if node is None:
+            return None
+        return self.pool.provider.sweep(job.job_id, node, list(keys))
 
     def end_worker(self, name: str, pid: int | None) -> str | None:
-        if self.pool.owns(name):
-            return self.pool.end_worker(name, pid) if pid is not None else None
-        return self.inner.end_worker(name, pid)
+        """A silent worker of a worker job: ended with a step in that job on its node."""
+        if not self.pool.owns(name):
+            return self.inner.end_worker(name, pid)
+        job, node = self.pool.where(name)
+        if pid is None or job is None or node is None or job.state is State.ENDED:
+            return None
+        return self.pool.provider.end_worker(job.job_id, node, pid)
 
     def closing_lines(self) -> list[str]:
         line = self.pool.summary()
@@ -131,7 +152,20 @@ class PoolGrowth(Growth):
         return self.pool.owns(worker)
 
     def lost_with_its_job(self, worker: str, noticed: float) -> bool:
-        return self.pool.owns(worker) and self.pool.ending(worker, noticed)
+        """Whether the worker job of ``worker`` has ended or is ending, as SLURM tells it
+        after ``noticed`` (when a job's failure was noticed). SLURM changes a job's state
+        before it signals its processes, so a job killed with it sees this; one more
+        look half a second later covers a failure that raced the change. Failures noticed
+        together share the same squeue calls."""
+        job = self.pool.where(worker)[0] if self.pool.owns(worker) else None
+        if job is None:
+            return False
+        for after in (noticed, noticed + ENDING_RECHECK):
+            time.sleep(max(0.0, after - time.time()))
+            self.pool.refresh(after)
+            if job.state is State.ENDED or job.slurm_state != "RUNNING":
+                return True
+        return False
 
 
 class PoolClock(SourceClock):

@@ -10,8 +10,7 @@ the worker jobs (one squeue for all), lands those whose landing point came, deci
 that still has work), ``scancel`` of pending jobs no longer needed, retirement of idle ones
 through the scheduler (``dask_slurm_retire_idle``: no job can be lost, see
 :mod:`...worker.scheduler_preload`), after which the job ends by itself. It answers what
-the source asks (:mod:`.growing`: a sweep or a worker's end in a worker job, whether one
-is ending), and at the end (:meth:`WorkerJobs.close`, on every
+the source asks (:mod:`.growing`), and at the end (:meth:`WorkerJobs.close`, on every
 path) cancels every worker job still there in one ``scancel`` and checks that squeue lists
 none. A worker job that ends under the run (scancel, its time limit, a node failure) is a
 worker lost like any other: its supervisors end the jobs' processes and record it, and the
@@ -33,7 +32,6 @@ from ...worker.scheduler_preload import (
     RETIRE_IDLE_HANDLER,
     RUNWAY_HANDLER,
 )
-from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
 from . import policy
 from .job import LIVE, Action, End, Seen, State, WorkerJob, tally, worker_job_of
@@ -53,8 +51,6 @@ GROW_AFTER = 5.0
 RPC_TIMEOUT = 5.0
 #: A retired job still listed this long after its workers left is cancelled.
 RETIRE_GRACE = 30.0
-#: A job that failed on a worker job's worker: the second look at that job's state.
-ENDING_RECHECK = 0.5
 #: Seconds close() waits for squeue to list no worker job any more.
 GONE_TIMEOUT = 20.0
 
@@ -319,7 +315,7 @@ class WorkerJobs:
             for job_id in stuck:
                 self.jobs[job_id].action_at = now  # once per grace period
 
-    # -- what the executor asks ----------------------------------------------------------
+    # -- what the source asks (clusters/worker_jobs/growing.py) --------------------------
 
     def active(self) -> bool:
         """Whether workers may still come: a worker job is queued or running, or growth
@@ -332,50 +328,16 @@ class WorkerJobs:
     def owns(self, worker: str) -> bool:
         return worker_job_of(worker) is not None
 
-    def ending(self, worker: str, since: float) -> bool:
-        """Whether the worker job of ``worker`` has ended or is ending, as SLURM tells it
-        after ``since`` (when a job's failure was noticed). SLURM changes a job's state
-        before it signals its processes, so a job killed with it sees this; one more
-        look half a second later covers a failure that raced the change. Failures noticed
-        together share the same squeue calls."""
-        job = self.jobs.get(worker_job_of(worker) or "")
-        if job is None:
-            return False
-        for after in (since, since + ENDING_RECHECK):
-            time.sleep(max(0.0, after - time.time()))
-            with self._lock:
-                if self._last_poll <= after:
-                    self._poll(time.time())
-            if job.state is State.ENDED or job.slurm_state != "RUNNING":
-                return True
-        return False
-
-    def sweep(self, worker: str, keys: list[str]) -> Swept | None:
-        """End the jobs' processes left where a worker job's worker died."""
-        job, node = self._where(worker)
-        if job is None:
-            return None
-        with self._lock:
-            self._poll(time.time())
-        if job.state is State.ENDED:
-            return Swept(
-                f"SLURM ended worker job {job.job_id} ({job.slurm_state}) and every process in it"
-            )
-        if node is None:
-            return None
-        return self.provider.sweep(job.job_id, node, keys)
-
-    def end_worker(self, worker: str, pid: int) -> str | None:
-        """End a silent worker of a worker job, with a step in that job on its node."""
-        job, node = self._where(worker)
-        if job is None or node is None or job.state is State.ENDED:
-            return None
-        return self.provider.end_worker(job.job_id, node, pid)
-
-    def _where(self, worker: str) -> tuple[WorkerJob | None, str | None]:
+    def where(self, worker: str) -> tuple[WorkerJob | None, str | None]:
         """The worker job a worker runs in, and its node."""
         job = self.jobs.get(worker_job_of(worker) or "")
         return job, node_of_worker(worker, job.nodes) if job is not None else None
+
+    def refresh(self, after: float | None = None) -> None:
+        """Ask SLURM about the worker jobs now, unless it was asked after ``after``."""
+        with self._lock:
+            if after is None or self._last_poll <= after:
+                self._poll(time.time())
 
     # -- the end -------------------------------------------------------------------------
 
