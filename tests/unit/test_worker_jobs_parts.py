@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
+from snakemake_executor_plugin_dask_slurm.clusters.recipe import WorkerRecipe
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import (
     Action,
     End,

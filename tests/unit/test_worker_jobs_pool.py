@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
+from snakemake_executor_plugin_dask_slurm.clusters.recipe import WorkerRecipe
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.growing import PoolGrowth
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End

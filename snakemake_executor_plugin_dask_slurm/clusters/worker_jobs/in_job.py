@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..spec import WorkerLanding, WorkerRecipe
+    from ..recipe import WorkerLanding, WorkerRecipe
 
 #: Seconds scontrol gets to expand the job's node list or tell its nodes' memory.
 SCONTROL_TIMEOUT = 15.0
@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ...slurm.layout import plan_layout
     from ...slurm.run import find_slurm_commands, read_granted_allocation
-    from ..spec import WorkerRecipe, plan_worker_steps
+    from ..recipe import WorkerRecipe
+    from ..spec import plan_worker_steps
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -105,7 +106,7 @@ def own_landing(
     it. None when the run lands no worker job (no margin), or SLURM tells no end."""
     from ...slurm.run import scontrol_time_left
     from ...slurm.walltime import allocation_end
-    from ..spec import WorkerLanding
+    from ..recipe import WorkerLanding
 
     if recipe.landing_margin <= 0:
         return None

@@ -41,7 +41,7 @@ from ...slurm.run import (
 )
 from ...slurm.states import GONE
 from ...worker.supervisor import Swept
-from ..spec import WorkerRecipe
+from ..recipe import WorkerRecipe
 
 logger = logging.getLogger(__name__)
 
