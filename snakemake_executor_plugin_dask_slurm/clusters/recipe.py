@@ -87,7 +87,7 @@ class WorkerRecipe:
 
 
 @dataclass(frozen=True)
-class WorkerLanding:
+class LandingPoint:
     """The landing point of an allocation's workers, and when they start (from which
     they advertise the run's runway, if it has one)."""
 

@@ -26,7 +26,7 @@ from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
 from ..worker.clock import advertised
 from ..worker.scheduler_preload import DASHBOARD_VARIABLE
 from .dask_argv import SchedulerOptions, scheduler_command, supervised_worker_command
-from .recipe import WorkerLanding, WorkerRecipe
+from .recipe import LandingPoint, WorkerRecipe
 from .security import RunSecurity
 
 #: How often a supervisor restarts a worker killed by a signal, with --dask-slurm-nanny.
@@ -267,7 +267,7 @@ def plan_worker_steps(
     layout: WorkerLayout,
     srun: str,
     log_prefix: str = "",
-    landing: WorkerLanding | None = None,
+    landing: LandingPoint | None = None,
 ) -> tuple[ProcessSpec, ...]:
     """One srun step of supervised workers per node size of ``alloc``; with ``landing``,
     workers that know their landing point (and advertise the runway up to it)."""
@@ -306,7 +306,7 @@ def sample_worker_argv(recipe: WorkerRecipe) -> list[str]:
 def plan_srun(
     config: RunConfig, alloc: Allocation, layout: WorkerLayout, host: str | None,
     srun: str, python: str, owner_pid: int, security: RunSecurity,
-    landing: WorkerLanding | None = None, runway_step: int | None = None,
+    landing: LandingPoint | None = None, runway_step: int | None = None,
 ) -> ClusterSpec:  # fmt: skip
     """A scheduler here and one srun step of supervised workers per node size (landing
     at ``landing``, advertising the runway of ``runway_step`` if given)."""

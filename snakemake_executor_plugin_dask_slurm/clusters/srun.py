@@ -38,8 +38,9 @@ from ..worker.supervisor import Swept
 from .base import PlannedClock
 from .network import check_bindable, choose_scheduler_host
 from .process_cluster import ProcessCluster
+from .recipe import LandingPoint
 from .security import RunSecurity
-from .spec import WorkerLanding, plan_srun
+from .spec import plan_srun
 
 SCONTROL_TIMEOUT = 15.0
 
@@ -108,7 +109,7 @@ class SrunCluster(ProcessCluster):
             runway = plan_runway(
                 worker_job_limit, left, True, config.landing_margin, config.runtime_margin
             )
-        landing = WorkerLanding(end.landing_at, now) if end is not None else None
+        landing = LandingPoint(end.landing_at, now) if end is not None else None
         spec = plan_srun(
             config, alloc, layout, host[0], commands.srun, sys.executable, os.getpid(), security,
             landing, runway.step if runway is not None else None,
