@@ -180,7 +180,7 @@ class PoolClock(SourceClock):
         return self.inner.allocation_end() if self.inner is not None else None
 
     def runway(self) -> Runway | None:
-        return self.pool.runway
+        return self.pool.lander.runway
 
     def land_worker_jobs_with(self, landings: Landings) -> bool:
         self.pool.lander.landings = landings

@@ -69,9 +69,7 @@ class WorkerJobs:
         #: SLURM: submit, status, cancel (prepared before the pool starts).
         self.provider = provider
         self.config = provider.config
-        #: The run's runway (None: worker jobs are not placed by time, see worker/clock.py).
-        self.runway = runway
-        #: Each worker job's landing before its time limit.
+        #: Each worker job's landing before its time limit (and the run's runway).
         self.lander = Lander(provider, say, warn, runway, landing_margin)
         #: Seconds from submission until the workers joined, per job, in order.
         self.waits: list[float] = []
@@ -99,8 +97,9 @@ class WorkerJobs:
             return client.sync(method, callback_timeout=RPC_TIMEOUT, **kwargs)
 
         self.call_scheduler = call
-        if self.runway is not None:  # tasks waiting for a worker ask for time from now on
-            call(RUNWAY_HANDLER, step=self.runway.step)
+        runway = self.lander.runway
+        if runway is not None:  # tasks waiting for a worker ask for time from now on
+            call(RUNWAY_HANDLER, step=runway.step)
         self._thread = threading.Thread(target=self._run, name="dask-slurm-growth", daemon=True)
         self._thread.start()
 
