@@ -4,7 +4,10 @@ how the plugin connects to a scheduler.
 A source ``start()``s and returns a connected :class:`distributed.Client` once every
 worker it expects has registered, and ``close()``s whatever it started (and nothing
 else). :class:`.process_cluster.ProcessCluster` is the shared lifecycle of the sources that
-start their own scheduler and workers as processes.
+start their own scheduler and workers as processes. Two parts are optional, attached to a
+source rather than methods of every one (as distributed attaches ``Adaptive`` to a
+cluster): its :class:`Growth` (worker jobs) and its :class:`SourceClock` (its workers'
+time limits).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import os
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 from ..errors import DaskSlurmError
 from ..report.hints import dashboard_hint
@@ -33,11 +37,95 @@ logger = logging.getLogger(__name__)
 PROBE_TIMEOUT = 5.0
 
 
+class Landings(Protocol):
+    """What the run does with the jobs on a landing worker job's workers (the dispatch
+    side, :class:`..dispatch.clock.worker_jobs.WorkerJobLanding`, handed to the source's
+    clock by the glue: ``clusters/`` never imports ``dispatch/``)."""
+
+    def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
+        """Move what has not started, stop what cannot finish by ``hard_stop``: (going
+        on, stopped, moved)."""
+
+    def stop(self, job_id: str, keys: Sequence[str]) -> int:
+        """Stop ``keys`` at the hard stop: how many."""
+
+
+class Growth(ABC):
+    """A farm that grows (worker jobs), as the run sees it: attached to its source as
+    ``source.growth``, as distributed attaches ``Adaptive`` to a cluster (None: the
+    source's workers are all it will have)."""
+
+    @abstractmethod
+    def future_offers(self) -> list[dict[str, float]]:
+        """What workers that may still join will offer (Dask resources, one dict per kind
+        of worker), counted for admission before they exist."""
+
+    @abstractmethod
+    def workers_may_come(self) -> bool:
+        """Whether workers may still join, so that none alive now is not the end."""
+
+    @abstractmethod
+    def from_worker_job(self, worker: str) -> bool:
+        """Whether ``worker`` runs in a worker job (which may end under its jobs)."""
+
+    @abstractmethod
+    def lost_with_its_job(self, worker: str, noticed: float) -> bool:
+        """Whether a job that failed on ``worker`` at ``noticed`` was killed together with
+        the worker's own SLURM job (may ask SLURM: seconds)."""
+
+
+class SourceClock(ABC):
+    """Every worker's clock as its source planned it (see worker/clock.py): attached to the
+    source as ``source.clock`` (None: no worker of it has a known end)."""
+
+    @abstractmethod
+    def allocation_end(self) -> AllocationEnd | None:
+        """The end of the allocation the run's own workers run in, and its margins, as their
+        landing point was planned (None: they have none, or the source started none)."""
+
+    @abstractmethod
+    def runway(self) -> Runway | None:
+        """How jobs are placed by their workers' time left, when workers of this run end at
+        different times (None: they do not, or none has a known end)."""
+
+    def land_worker_jobs_with(self, landings: Landings) -> bool:
+        """What to do with the jobs on a worker job that lands; False for a source without
+        worker jobs."""
+        return False
+
+
+@dataclass(frozen=True)
+class PlannedClock(SourceClock):
+    """The end and runway a source planned its own workers with."""
+
+    end: AllocationEnd | None
+    planned_runway: Runway | None
+
+    def allocation_end(self) -> AllocationEnd | None:
+        return self.end
+
+    def runway(self) -> Runway | None:
+        return self.planned_runway
+
+
 class ClusterSource(ABC):
-    """A Dask cluster the executor can submit to."""
+    """A Dask cluster the executor can submit to: its launch, start and close, what the
+    user is told, and what the failure handling asks. A farm that grows and workers with a time
+    limit add their parts as attributes (:attr:`growth`, :attr:`clock`)."""
 
     #: One line saying what this source is, for the log.
     description: str = ""
+    #: Where the workers' supervisors record that a dead worker's jobs are gone (None:
+    #: workers the plugin did not start, which have no supervisor).
+    record_dir: Path | None = None
+    #: Whether a worker that dies is started again (--dask-slurm-nanny).
+    restarts_workers: bool = False
+    #: How the plugin's client (and the processes it starts) authenticate.
+    security: RunSecurity
+    #: Workers that may still join (worker jobs); None: the source's workers are all.
+    growth: Growth | None = None
+    #: Its workers' ends (the time limit); None: no worker of it has a known end.
+    clock: SourceClock | None = None
 
     def launch(self) -> None:
         """Start the cluster's processes without waiting for them, so that their start
@@ -59,21 +147,21 @@ class ClusterSource(ABC):
     def close(self) -> None:
         """Stop everything this source started; safe to call more than once."""
 
+    # -- what the user is told -----------------------------------------------------------
+
     def summary(self) -> list[str]:
         """Lines for the user once the cluster is up."""
         return []
 
-    #: Where the workers' supervisors record that a dead worker's jobs are gone (None:
-    #: workers the plugin did not start, which have no supervisor).
-    record_dir: Path | None = None
-    #: Whether a worker that dies is started again (--dask-slurm-nanny).
-    restarts_workers: bool = False
-    #: How the plugin's client (and the processes it starts) authenticate.
-    security: RunSecurity
-
     def warnings(self) -> list[str]:
         """What the user must be told once the cluster is up (at WARNING)."""
         return []
+
+    def closing_lines(self) -> list[str]:
+        """What the user is told once the source closed (at INFO)."""
+        return []
+
+    # -- what the failure handling asks --------------------------------------------------
 
     def problem(self) -> str | None:
         """Why the cluster can no longer run any job, from what can be seen without asking
@@ -108,45 +196,6 @@ class ClusterSource(ABC):
         its supervisor ends its jobs and records it: what was done, or None if it cannot
         be done from here."""
         return None
-
-    def future_offers(self) -> list[dict[str, float]]:
-        """What workers that may still join will offer (Dask resources, one dict per kind
-        of worker), counted for admission before they exist."""
-        return []
-
-    def workers_may_come(self) -> bool:
-        """Whether workers may still join, so that none alive now is not the end."""
-        return False
-
-    def from_worker_job(self, worker: str) -> bool:
-        """Whether ``worker`` runs in a worker job (which may end under its jobs)."""
-        return False
-
-    def lost_with_its_job(self, worker: str, noticed: float) -> bool:
-        """Whether a job that failed on ``worker`` at ``noticed`` was killed together with
-        the worker's own SLURM job (may ask SLURM: seconds)."""
-        return False
-
-    def closing_lines(self) -> list[str]:
-        """What the user is told once the source closed (at INFO)."""
-        return []
-
-    # -- every worker's clock (see worker/clock.py) ------------------------------------------
-
-    def allocation_end(self) -> AllocationEnd | None:
-        """The end of the allocation the run's own workers run in, and its margins, as their
-        landing point was planned (None: they have none, or the source started none)."""
-        return None
-
-    def runway(self) -> Runway | None:
-        """How jobs are placed by their workers' time left, when workers of this run end at
-        different times (None: they do not, or none has a known end)."""
-        return None
-
-    def land_worker_jobs_with(self, landings: Any) -> bool:
-        """What to do with the jobs on a worker job that lands (see
-        :class:`.worker_jobs.pool.Landings`); False for a source without worker jobs."""
-        return False
 
 
 def _host_port(address: str) -> tuple[str, int] | None:

@@ -84,7 +84,7 @@ def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) ->
     source = _make_source(config, logger, cores, limit)
     if config.growth is None:
         return source
-    runway = source.runway()
+    runway = source.clock.runway() if source.clock is not None else None
     if config.cluster == "sbatch":  # no allocation of its own: worker jobs only
         runway = plan_runway(limit, None, False, config.landing_margin, config.runtime_margin)
     pool = make_worker_jobs(
@@ -97,7 +97,7 @@ def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) ->
     )
     logger.info(
         f"dask-slurm: the farm grows with up to {pool.config.max_jobs} worker job(s) while "
-        f"jobs wait ({pool.options_text()}); checked with sbatch --test-only"
+        f"jobs wait ({pool.provider.options_text()}); checked with sbatch --test-only"
     )
     logger.info(f"dask-slurm: {clock_line_of(runway, limit, config.landing_margin)}")
     return GrowingCluster(source, pool)
@@ -194,7 +194,7 @@ def make_worker_jobs(
 
     from .preflight import check_plan
     from .spec import Paths, sample_worker_argv, worker_recipe
-    from .worker_jobs.pool import GrowthCommands, WorkerJobs
+    from .worker_jobs.provider import GrowthCommands, SlurmProvider
 
     recipe = dataclasses.replace(
         worker_recipe(config, Paths.of(config), sys.executable, os.getpid(), source.security),
@@ -204,9 +204,6 @@ def make_worker_jobs(
         runway_lookback=runway.limit if runway is not None else 0.0,
     )
     check_plan(None, [sample_worker_argv(recipe)], config.worker_args)
-    jobs = WorkerJobs(
-        config.growth, recipe, config.run_dir, name, GrowthCommands.find(), say, warn,
-        runway=runway, landing_margin=config.landing_margin,
-    )  # fmt: skip
-    jobs.prepare()
-    return jobs
+    provider = SlurmProvider(config.growth, recipe, config.run_dir, name, GrowthCommands.find())
+    provider.prepare()
+    return WorkerJobs(provider, say, warn, runway=runway, landing_margin=config.landing_margin)

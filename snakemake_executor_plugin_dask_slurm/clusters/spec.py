@@ -5,15 +5,15 @@ functions here turn the resolved settings and what SLURM granted (or this machin
 into a frozen :class:`ClusterSpec` — each process's argument list, log file and the
 environment it adds, how many workers to wait for — and :class:`.process_cluster.ProcessCluster`
 only starts, watches and stops what the spec says. Nothing here reads the environment,
-starts a process or touches the network; ``tests/unit/golden/`` pins a whole plan.
+starts a process or touches the network; ``tests/unit/golden/`` pins a whole plan. How any
+allocation's workers are started (the run's own, a worker job's) is the workers' recipe,
+:mod:`.recipe`, from which :func:`plan_worker_steps` plans the srun steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import shlex
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,19 +23,12 @@ from ..slurm.allocation import Allocation
 from ..slurm.argv import srun_step_command
 from ..slurm.layout import NodeGroup, WorkerLayout
 from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
-from ..worker.clock import LANDING_VARIABLE, advertised
+from ..worker.clock import advertised
 from ..worker.scheduler_preload import DASHBOARD_VARIABLE
-from .dask_argv import (
-    SchedulerOptions,
-    SupervisorOptions,
-    WorkerOptions,
-    scheduler_command,
-    supervised_worker_command,
-)
+from .dask_argv import SchedulerOptions, scheduler_command, supervised_worker_command
+from .recipe import LandingPoint, WorkerRecipe
 from .security import RunSecurity
 
-#: Workers exit when they cannot reach the scheduler for this long.
-DEATH_TIMEOUT = 60.0
 #: How often a supervisor restarts a worker killed by a signal, with --dask-slurm-nanny.
 RESTARTS = 3
 #: srun job-step name of the worker steps, as ``squeue -s`` shows it.
@@ -251,71 +244,6 @@ def step_log_name(index: int, group: NodeGroup, prefix: str = "") -> str:
     return f"{prefix}workers-step{index}-{group.cpus}cpus.log"
 
 
-@dataclass(frozen=True)
-class WorkerRecipe:
-    """How to start the workers of an allocation, whichever nodes it holds: what the srun
-    steps of the run's own allocation and those of every worker job (:mod:`.worker_jobs.in_job`,
-    which reads it back from JSON on the job's first node) have in common."""
-
-    python: str
-    scheduler_file: str
-    record_dir: str
-    log_dir: str
-    local_directory: str | None
-    interface: str | None
-    srun_args: tuple[str, ...]
-    #: After the plugin's own: the task preload, the security options, the user's.
-    extra_args: tuple[str, ...]
-    restarts: int
-    env: tuple[tuple[str, str], ...]
-    #: Name workers ``j<job id>-<node>`` (worker jobs), not ``<node>``.
-    job_prefix: bool = False
-    #: A worker job lands this long before its end (0: it does not land by itself).
-    landing_margin: float = 0.0
-    #: The run's runway grid step (None: no runway, see :mod:`..worker.clock`), and how
-    #: far before a worker's start its runway reaches.
-    runway_step: int | None = None
-    runway_lookback: float = 0.0
-
-    def worker_options(
-        self, nthreads: int, resources: Mapping[str, float], host: str | None = None
-    ) -> WorkerOptions:
-        """One worker's ``dask worker`` options, with ``nthreads`` threads advertising
-        ``resources`` (listening on ``host`` unless an interface is named)."""
-        return WorkerOptions(
-            scheduler_file=self.scheduler_file,
-            nthreads=nthreads,
-            resources=tuple(sorted(resources.items())),
-            local_directory=self.local_directory,
-            interface=self.interface,
-            host=None if self.interface else host,
-            death_timeout=DEATH_TIMEOUT,
-            extra_args=self.extra_args,
-        )
-
-    def supervisor_options(
-        self, name: str | None = None, indexed: bool = False
-    ) -> SupervisorOptions:
-        return SupervisorOptions(
-            record_dir=self.record_dir,
-            name=name,
-            indexed=indexed,
-            restarts=self.restarts,
-            job_prefix=self.job_prefix,
-        )
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=1)
-
-    @classmethod
-    def from_json(cls, text: str) -> WorkerRecipe:
-        fields = json.loads(text)
-        for name in ("srun_args", "extra_args"):
-            fields[name] = tuple(fields[name])
-        fields["env"] = tuple(tuple(pair) for pair in fields["env"])
-        return cls(**fields)
-
-
 def worker_recipe(
     config: RunConfig, paths: Paths, python: str, owner_pid: int, security: RunSecurity
 ) -> WorkerRecipe:
@@ -333,25 +261,13 @@ def worker_recipe(
     )
 
 
-@dataclass(frozen=True)
-class WorkerLanding:
-    """The landing point of an allocation's workers, and when they start (from which
-    they advertise the run's runway, if it has one)."""
-
-    at: float
-    now: float
-
-    def env(self) -> tuple[tuple[str, str], ...]:
-        return ((LANDING_VARIABLE, f"{self.at:.3f}"),)
-
-
 def plan_worker_steps(
     recipe: WorkerRecipe,
     alloc: Allocation,
     layout: WorkerLayout,
     srun: str,
     log_prefix: str = "",
-    landing: WorkerLanding | None = None,
+    landing: LandingPoint | None = None,
 ) -> tuple[ProcessSpec, ...]:
     """One srun step of supervised workers per node size of ``alloc``; with ``landing``,
     workers that know their landing point (and advertise the runway up to it)."""
@@ -390,7 +306,7 @@ def sample_worker_argv(recipe: WorkerRecipe) -> list[str]:
 def plan_srun(
     config: RunConfig, alloc: Allocation, layout: WorkerLayout, host: str | None,
     srun: str, python: str, owner_pid: int, security: RunSecurity,
-    landing: WorkerLanding | None = None, runway_step: int | None = None,
+    landing: LandingPoint | None = None, runway_step: int | None = None,
 ) -> ClusterSpec:  # fmt: skip
     """A scheduler here and one srun step of supervised workers per node size (landing
     at ``landing``, advertising the runway of ``runway_step`` if given)."""

@@ -33,12 +33,14 @@ from ..slurm.run import (
 )
 from ..slurm.states import allocation_ended
 from ..slurm.walltime import allocation_end
-from ..worker.clock import AllocationEnd, Runway, plan_runway, scaled_margins
+from ..worker.clock import AllocationEnd, plan_runway, scaled_margins
 from ..worker.supervisor import Swept
+from .base import PlannedClock
 from .network import check_bindable, choose_scheduler_host
 from .process_cluster import ProcessCluster
+from .recipe import LandingPoint
 from .security import RunSecurity
-from .spec import WorkerLanding, plan_srun
+from .spec import plan_srun
 
 SCONTROL_TIMEOUT = 15.0
 
@@ -107,7 +109,7 @@ class SrunCluster(ProcessCluster):
             runway = plan_runway(
                 worker_job_limit, left, True, config.landing_margin, config.runtime_margin
             )
-        landing = WorkerLanding(end.landing_at, now) if end is not None else None
+        landing = LandingPoint(end.landing_at, now) if end is not None else None
         spec = plan_srun(
             config, alloc, layout, host[0], commands.srun, sys.executable, os.getpid(), security,
             landing, runway.step if runway is not None else None,
@@ -115,7 +117,8 @@ class SrunCluster(ProcessCluster):
         cluster = cls(spec, config.startup_timeout, security)
         cluster.alloc, cluster.layout, cluster.host = alloc, layout, host
         cluster.srun, cluster.scontrol = commands.srun, commands.scontrol
-        cluster.end, cluster.planned_runway = end, runway
+        if end is not None or runway is not None:  # the workers' landing point and runway
+            cluster.clock = PlannedClock(end, runway)
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
         return cluster
@@ -125,16 +128,6 @@ class SrunCluster(ProcessCluster):
     host: tuple[str | None, str]
     srun: str
     scontrol: str | None = None
-    #: The allocation's end and margins as the workers were told (their landing point).
-    end: AllocationEnd | None = None
-    #: The runway the workers advertise (worker jobs with a time limit beside them).
-    planned_runway: Runway | None = None
-
-    def allocation_end(self) -> AllocationEnd | None:
-        return self.end
-
-    def runway(self) -> Runway | None:
-        return self.planned_runway
 
     def problem(self) -> str | None:
         """What broke; first whether SLURM ended the allocation, the usual cause.

@@ -1,7 +1,9 @@
 """What becomes of every task that ended, of the jobs of a worker that died, and of a run
 whose cluster broke: the pure decisions (:func:`..dispatch.routing.route`,
 :func:`..dispatch.recovery.decide`, :class:`..dispatch.health.NoWorkers`) carried out with
-the cluster source, the dispatcher and Snakemake's callbacks.
+the cluster source, the dispatcher and Snakemake's callbacks. What asks nothing of the
+cluster — failing a job, running it again, handing it over again elsewhere — is the
+dispatch side's :class:`..dispatch.again.Again`, which this calls once the cluster was asked.
 
 Threads: :meth:`Failures.ended` runs on Snakemake's status thread; whatever may wait for
 SLURM (is the allocation or the worker job still there?) or for a dead worker's
@@ -14,42 +16,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ..clusters.base import ClusterSource
-from ..dispatch.clock.placement import Placement
+from ..dispatch.again import Again, Snakemake
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.health import NoWorkers
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.recovery import Gone, Recovery, decide
-from ..dispatch.registry import (
-    HandedOver,
-    JobRecord,
-    JobRegistry,
-    NotTaken,
-    Refusal,
-    counts_by_rule,
-)
+from ..dispatch.registry import JobRecord, JobRegistry, counts_by_rule
 from ..dispatch.routing import Route, RunState, route
 from ..report.detail import detail
-from ..report.messages import failure_message, job_label, lost_worker_line
-from ..worker.job_log import keep_log
+from ..report.messages import job_label, lost_worker_line
 
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5
-
-
-@dataclass(frozen=True)
-class Snakemake:
-    """What the run tells Snakemake, and how it runs Snakemake's coroutines."""
-
-    succeeded: Callable[[Any], None]
-    #: ``failed(info, msg=..., aux_logs=...)``: Snakemake's report_job_error.
-    failed: Callable[..., None]
-    async_run: Callable[[Coroutine[Any, Any, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -72,12 +55,13 @@ class Failures:
         listeners: Listeners,
         say: Say,
         detail_log: str = "",
-        placement: Placement | None = None,
     ):
         self.registry = registry
         self.source = source
         self.dispatcher = dispatcher
         self.snakemake = snakemake
+        #: Failing a job, running it again, handing it over again (the dispatch side).
+        self.again = Again(registry, dispatcher, snakemake, listeners)
         self.no_workers = NoWorkers(source.restarts_workers, startup_timeout, registry.logs)
         self.listeners = listeners
         self.say = say
@@ -86,8 +70,6 @@ class Failures:
         self._silent: dict[tuple[str, int | None], str] = {}
         #: Where each job's own words about a lost worker go (see report.messages).
         self.detail_log = detail_log
-        #: Where a job handed over again may go, by time (None: anywhere).
-        self.placement = placement
         self.recovery = Recovery(
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
@@ -98,12 +80,12 @@ class Failures:
         registry = self.registry
         record = registry.get(finished.key)
         self.tell(finished)
-        on = finished.on
+        on, growth = finished.on, self.source.growth
         state = RunState(
             registered=record is not None,
             fatal=registry.fatal is not None,
             stopping=registry.stop_reason is not None,
-            on_worker_job=on is not None and self.source.from_worker_job(on.name),
+            on_worker_job=on is not None and growth is not None and growth.from_worker_job(on.name),
             stopped_at_limit=record is not None and record.stopped_at_limit == finished.key,
         )
         way = route(finished, state)
@@ -112,11 +94,11 @@ class Failures:
             if popped is not None:  # not claimed for a rerun meanwhile
                 self.snakemake.succeeded(popped.info)
         elif way is Route.MOVE:
-            self._move(finished)
+            self.again.move(finished)
         elif way is Route.RERUN:
             # Stopped by the plugin at its worker job's landing: its process group is gone
             # (its outcome came after it was reaped), so it runs again at once.
-            self.recovery.call(lambda: self._rerun(finished.key, finished))
+            self.recovery.call(lambda: self.again.rerun(finished.key, finished))
         elif way is Route.LOST:
             assert finished.lost_on is not None
             self.recovery.lost(finished.key, finished.lost_on)  # stays registered
@@ -128,13 +110,13 @@ class Failures:
             # cluster broke, the run's failure reports it once they are gone.
             self.check_cluster(force=True)
             if not registry.fatal:
-                self._fail(finished)
+                self.again.fail(finished)
         elif way is Route.ASK_ALLOCATION:
             # SLURM signals every process of an allocation it ends: ask it first (on the
             # recovery thread); such jobs are then reported with the one message.
             self.recovery.call(lambda: self._unless_allocation_ended(finished))
         elif way is Route.FAILED:
-            self._fail(finished)
+            self.again.fail(finished)
 
     def tell(self, finished: Finished) -> None:
         """Tell the listeners how a task ended, also one whose job the run already gave
@@ -148,32 +130,21 @@ class Failures:
         """(Recovery thread) A job killed by a signal the plugin did not send."""
         self._on_worker_removed()  # fails the run if SLURM ended the allocation
         if not self.registry.fatal:
-            self._fail(finished)
+            self.again.fail(finished)
 
     def _unless_worker_job_ended(self, finished: Finished, noticed: float) -> None:
         """(Recovery thread) A job that failed on a worker job's worker: lost with its
         worker job if that job is ending, else an ordinary failure."""
-        assert finished.on is not None
-        if self.source.lost_with_its_job(finished.on.name, noticed):
+        growth = self.source.growth
+        assert finished.on is not None and growth is not None  # routed so: on a worker job
+        if growth.lost_with_its_job(finished.on.name, noticed):
             self.say.info(
                 f"job {finished.key} failed as its worker job ended under it: it runs "
                 "again elsewhere once its processes are gone"
             )
             self.recovery.lost(finished.key, finished.on)
         else:
-            self._fail(finished)
-
-    def _fail(self, finished: Finished) -> None:
-        record = self.registry.pop(finished.key)
-        if record is None:
-            return
-        stop = self.registry.stop_reason
-        problem = finished.problem
-        if stop and finished.outcome is None:
-            problem = f"stopped: {stop}"
-        msg = failure_message(record.job, finished.outcome, problem, record.way, record.log)
-        keep_log(record.log)  # none yet if it printed nothing: the message names it
-        self.snakemake.failed(record.info, msg=msg, aux_logs=[record.log])
+            self.again.fail(finished)
 
     # -- whether the cluster can still run jobs --------------------------------------------
 
@@ -190,7 +161,7 @@ class Failures:
         problem = self.no_workers.check(
             now,
             self.dispatcher.worker_count,
-            source.workers_may_come(),
+            source.growth is not None and source.growth.workers_may_come(),
             source.scheduler_lost(),
             source.deaths,
         )
@@ -287,7 +258,7 @@ class Failures:
             if verdict.rerun:
                 running += verdict.running
                 waiting += not verdict.running
-                self._rerun(key)
+                self.again.rerun(key)
             elif self.registry.pop(key) is not None:
                 if stop:  # the run's own closing message covers it
                     self.registry.quiet([key])
@@ -300,65 +271,6 @@ class Failures:
                     running, waiting, len(failed), self.detail_log,
                 )
             )  # fmt: skip
-
-    def _rerun(self, key: str, finished: Finished | None = None) -> None:
-        """Run a lost job (or one stopped at its worker job's limit: ``finished``) again, as
-        the same Snakemake attempt, under a new task key, after removing what its copy
-        wrote."""
-        record = self.registry.claim_for_rerun(key)
-        if record is None:
-            if finished is not None and self.registry.get(key) is not None:
-                self._fail(finished)  # the run stops meanwhile: told with its stop
-            return  # reported meanwhile (a late success), or the run stops: not again
-        job = record.job
-        try:
-            self.snakemake.async_run(job.remove_existing_output())
-            if record.way == "direct":  # the general way's own Snakemake prepares
-                for f in (*job.output, *job.log):
-                    f.prepare()
-        except Exception as e:
-            self.snakemake.failed(
-                record.info, msg=f"{job_label(job)} could not be run again: {e}\n"
-            )
-            return
-        self._hand_over_again(record, moved=False)
-
-    def _move(self, finished: Finished) -> None:
-        """A job that did not start where it was, for lack of time there: hand it over
-        again (nothing ran, nothing to remove), to a worker with time for it."""
-        record = self.registry.claim_for_rerun(finished.key)
-        if record is None:
-            if self.registry.get(finished.key) is not None:
-                self._fail(finished)  # the run stops meanwhile: told with its stop
-            return
-        detail.info("%s %s; handed over again", finished.key, finished.problem)
-        self._hand_over_again(record, moved=True)
-
-    def _hand_over_again(self, record: JobRecord, moved: bool) -> None:
-        job = record.job
-        why = self.placement.again(record) if self.placement is not None else None
-        if why is not None:  # no worker can ever hold it now
-            self.snakemake.failed(record.info, msg=why + "\n")
-            return
-        spec = record.moved() if moved else record.next_run()
-        old_key = record.key
-        outcome = self.registry.resubmit(record, spec, self.dispatcher.submit_many, moved)
-        if isinstance(outcome, HandedOver):
-            if moved:
-                self.listeners.moved(old_key, record)
-            else:
-                self.listeners.handed_over([record])
-        elif isinstance(outcome, NotTaken):
-            self.report_refused(outcome.refusals)
-        else:
-            self.snakemake.failed(
-                record.info, msg=f"{job_label(job)} was not run again: {outcome.reason}\n"
-            )
-
-    def report_refused(self, refusals: list[Refusal]) -> None:
-        """Jobs announced to Snakemake that never reached Dask."""
-        for info, msg in refusals:
-            self.snakemake.failed(info, msg=msg)
 
     def close(self) -> None:
         self.recovery.close()

@@ -30,6 +30,7 @@ from ..clusters.base import ClusterSource
 from ..clusters.choose import local_worker_cpus, make_source
 from ..clusters.run_dir import RunFiles, check_run_dir
 from ..config import RunConfig, resolve
+from ..dispatch.again import Snakemake
 from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
 from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
@@ -40,7 +41,7 @@ from ..report.messages import stopped_line
 from ..report.usage.write import root_problem
 from ..worker import timing
 from . import signals
-from .failures import Failures, Say, Snakemake
+from .failures import Failures, Say
 from .run import Hooks, Run, launch
 from .wakeup import Wakeup
 
@@ -253,7 +254,7 @@ class Executor(RemoteExecutor):
         for job_info, msg in refused + stopping:
             self.report_job_submission(job_info, register_job=False)
             self.report_job_error(job_info, msg=msg)
-        run.failures.report_refused(lost)
+        run.failures.again.report_refused(lost)
 
     def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
         # The base class appends "see the cluster/cloud log" to every message; ours

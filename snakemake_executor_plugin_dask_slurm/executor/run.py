@@ -17,6 +17,7 @@ from ..clusters.base import ClusterSource, started_lines, worker_offers
 from ..clusters.run_dir import RunFiles
 from ..config import RunConfig
 from ..dispatch.admission import Capacity
+from ..dispatch.again import Snakemake
 from ..dispatch.clock.allocation import AllocationClock, RunControls
 from ..dispatch.clock.placement import Placement
 from ..dispatch.clock.worker_jobs import WorkerJobLanding
@@ -32,7 +33,7 @@ from ..dispatch.usage_listener import usage_listener
 from ..report.hints import run_speed_hint
 from ..worker import timing
 from . import signals
-from .failures import Failures, Say, Snakemake
+from .failures import Failures, Say
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ class Run:
         try:
             client = source.start()  # stops what it started if it fails
             offers = worker_offers(client)
-            capacity = Capacity.from_workers(offers + source.future_offers())
+            coming = source.growth.future_offers() if source.growth is not None else []
+            capacity = Capacity.from_workers(offers + coming)
             said, warnings = started_lines(source)
             for line in said:
                 say.info(line)
@@ -138,20 +140,23 @@ class Run:
         )  # fmt: skip
         margins = (config.landing_margin, config.runtime_margin)
         controls = RunControls(failures.stop_jobs, hooks.exit_gracefully, failures.withdraw)
+        planned = source.clock  # the workers' ends as the source planned them
         clock = AllocationClock.for_run(
             os.environ, margins, registry, controls, say.info, say.warn,
-            source.allocation_end(),
+            planned.allocation_end() if planned is not None else None,
         )  # fmt: skip
         if clock is not None:
             listeners.append(clock)
             signals.on_sigusr1(clock.request)
-        placement = Placement.for_run(clock, source.runway(), registry.quiet)
+        runway = planned.runway() if planned is not None else None
+        placement = Placement.for_run(clock, runway, registry.quiet)
         if placement is not None:  # every worker's clock (docs/architecture.md)
             listeners.append(placement)
-            failures.placement = placement
+            failures.again.placement = placement
         durations = placement.durations if placement is not None else None
         landing = WorkerJobLanding.of(registry, dispatcher, durations)
-        if source.land_worker_jobs_with(landing) and landing.learning is not None:
+        lands = planned is not None and planned.land_worker_jobs_with(landing)
+        if lands and landing.learning is not None:
             listeners.append(landing)  # worker jobs land, and nothing else learns
         intake = Intake(
             builder,

@@ -1,5 +1,6 @@
 """The pure parts of worker jobs around the pool: SLURM's answers and commands, the batch
-script and recipe, worker names, the settings, a failure event's worker."""
+script and recipe, worker names, one worker job's states and end, the settings, a failure
+event's worker."""
 
 from __future__ import annotations
 
@@ -10,11 +11,18 @@ from typing import Any
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
-from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
+from snakemake_executor_plugin_dask_slurm.clusters.recipe import WorkerRecipe
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import (
+    Action,
+    End,
+    Seen,
+    State,
+    WorkerJob,
+    worker_job_of,
+)
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.provider import (
     batch_script,
     submission_env,
-    worker_job_of,
 )
 from snakemake_executor_plugin_dask_slurm.config import resolve_growth
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
@@ -101,6 +109,49 @@ def test_worker_names_say_which_job_they_belong_to() -> None:
     assert worker_job_of("j1234-n3-1") == "1234"
     assert worker_job_of("n3") is None
     assert worker_job_of("jupiter-1") is None
+
+
+def test_a_worker_jobs_states_follow_what_happened_to_it() -> None:
+    job = WorkerJob("7", 4.0, submitted=100.0)
+    assert job.state is State.PENDING and not job.ran
+    assert job.seen(Queued("PENDING", "(null)", 600.0), 101.0) is None
+    assert (job.nodes, job.end_at) == ((), None)  # pending: no nodes, no end yet
+    assert job.seen(Queued("RUNNING", "n[1-2]", 600.0), 105.0) is Seen.STARTED
+    assert (job.nodes, job.end_at, job.state, job.ran) == (("n1", "n2"), 705.0, State.PENDING, True)
+    assert job.workers_hold({"j7-n1": 0}, 106.0) == (True, True)  # first to join
+    assert job.workers_hold({"j7-n1": 0, "j7-n2": 2}, 107.0) == (False, True)
+    assert job.workers_hold({"j7-n1": 0, "j7-n2": 0}, 108.0) == (False, False)
+    assert (job.state, job.joined, job.idle_since) == (State.RUNNING, 106.0, 108.0)
+    job.let_go(Action.LANDED, 690.0)
+    assert job.state is State.LANDING and job.end is None and job.end_words() == "running"
+    assert job.seen(Queued("COMPLETED", "n[1-2]", 0.0), 700.0) is Seen.ENDED
+    assert (job.state, job.end, job.end_words()) == (State.ENDED, End.LANDED, "landed")
+    assert job.node_seconds(999.0) == (700.0 - 105.0) * 2
+
+
+@pytest.mark.parametrize(
+    ("action", "state", "end", "words"),
+    [
+        (None, State.ENDED, End.UNDER_THE_RUN, "ended (cancelled)"),
+        (Action.RETIRED, State.ENDED, End.RETIRED, "retired"),
+        (Action.CANCELLED, State.ENDED, End.CANCELLED, "cancelled"),
+        (Action.STOPPED, State.ENDED, End.STOPPED, "stopped"),
+    ],
+)
+def test_a_worker_jobs_end_is_what_the_plugin_did_to_it_or_under_the_run(
+    action: Action | None, state: State, end: End, words: str
+) -> None:
+    job = WorkerJob("7", 4.0, submitted=100.0)
+    if action is not None:
+        job.let_go(action, 101.0)
+        assert job.state is State.RETIRING
+    assert job.seen(Queued("CANCELLED by 0", "", None), 102.0) is Seen.ENDED
+    assert (job.state, job.end, job.end_words(), job.slurm_state) == (
+        state,
+        end,
+        words,
+        "CANCELLED",
+    )
 
 
 def test_submission_env_drops_the_allocations_slurm_variables() -> None:

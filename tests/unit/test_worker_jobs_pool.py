@@ -12,21 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.clusters.spec import WorkerRecipe
+from snakemake_executor_plugin_dask_slurm.clusters.recipe import WorkerRecipe
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.growing import PoolGrowth
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     GROW_AFTER,
     POLL_SECONDS,
-    Action,
-    GrowthCommands,
     WorkerJobs,
+)
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.provider import (
+    GrowthCommands,
+    SlurmProvider,
 )
 from snakemake_executor_plugin_dask_slurm.config import GrowthConfig
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 from snakemake_executor_plugin_dask_slurm.worker.clock import Runway
 from tests.slurm_script import ScriptedScheduler, ScriptedSlurm
 
-#: Ticks happen at T0 + x: in the past, so that ending()'s looks (now) come after them.
+#: Ticks happen at T0 + x: in the past, so that lost_with_its_job()'s looks (now) come after
+#: them.
 T0 = time.time() - 3600
 
 
@@ -61,14 +66,13 @@ class Pool:
             srun_args=(), extra_args=(), restarts=0, env=(), job_prefix=True,
         )  # fmt: skip
         commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
+        provider = SlurmProvider(config, recipe, tmp_path, "dask-slurm-t", commands, self.slurm)
         self.jobs = WorkerJobs(
-            config, recipe, tmp_path, "dask-slurm-t", commands,
-            self.said.append, self.warned.append, slurm=self.slurm,
-            runway=runway, landing_margin=120.0,
-        )  # fmt: skip
+            provider, self.said.append, self.warned.append, runway=runway, landing_margin=120.0
+        )
         self.landings = Landings()
-        self.jobs.landings = self.landings
-        self.jobs.prepare()
+        self.jobs.lander.landings = self.landings
+        provider.prepare()
         self.jobs.call_scheduler = self.scheduler
 
     def tick(self, at: float) -> None:
@@ -79,9 +83,9 @@ class Pool:
 def test_prepare_checks_with_test_only_and_learns_the_nodes(tmp_path: Path) -> None:
     pool = Pool(tmp_path)
     assert pool.slurm.commands("sbatch")[0][:3] == ["sbatch", "--parsable", "--test-only"]
-    assert pool.jobs.node_cpus == {"n1": 4, "n2": 4, "n3": 8}
-    assert pool.jobs.cpus_per_job == 4.0  # one whole node, counted low
-    assert pool.jobs.offers() == [{"cpus": 4.0}, {"cpus": 8.0}]
+    assert pool.jobs.provider.node_cpus == {"n1": 4, "n2": 4, "n3": 8}
+    assert pool.jobs.provider.cpus_per_job == 4.0  # one whole node, counted low
+    assert pool.jobs.provider.offers() == [{"cpus": 4.0}, {"cpus": 8.0}]
     assert (tmp_path / "worker-jobs" / "worker-job.py").read_text().startswith("#!/p\n")
 
 
@@ -90,9 +94,9 @@ def test_prepare_names_the_options_when_slurm_refuses(tmp_path: Path) -> None:
     slurm = ScriptedSlurm(refuse="sbatch: error: invalid partition specified: nosuch")
     config = GrowthConfig(2, 1, None, None, "nosuch", None, (), 60.0)
     recipe = WorkerRecipe("/p", "/s", "/r", str(tmp_path), None, None, (), (), 0, (), True)
-    jobs = WorkerJobs(
+    jobs = SlurmProvider(
         config, recipe, tmp_path, "t", GrowthCommands("sbatch", "squeue", "scancel", "sinfo",
-        "srun"), print, print, slurm=slurm,
+        "srun"), slurm=slurm,
     )  # fmt: skip
     with pytest.raises(DaskSlurmError) as caught:
         jobs.prepare()
@@ -132,7 +136,7 @@ def test_a_lasting_backlog_submits_and_a_job_is_seen_to_start_join_and_retire(
     assert pool.jobs.jobs["100"].action is Action.RETIRED
     pool.slurm.end("100")
     pool.tick(at + 12 + POLL_SECONDS)
-    assert pool.jobs.jobs["100"].end == "retired" and pool.warned == []
+    assert pool.jobs.jobs["100"].end is End.RETIRED and pool.warned == []
     summary = pool.jobs.summary()
     assert summary is not None and summary.startswith("worker jobs: 2 submitted, 1 ran")
 
@@ -175,7 +179,8 @@ def test_a_job_that_ends_under_the_run_is_told_once(tmp_path: Path) -> None:
     pool.tick(GROW_AFTER + 3 * POLL_SECONDS)
     assert len(pool.warned) == 1
     assert pool.warned[0].startswith("worker job 100 ended under the run (TIMEOUT) after running")
-    assert pool.jobs.jobs["100"].end == "ended (timeout)"
+    assert pool.jobs.jobs["100"].end is End.UNDER_THE_RUN
+    assert pool.jobs.jobs["100"].end_words() == "ended (timeout)"
 
 
 def test_failed_submissions_back_off_then_growth_pauses(tmp_path: Path) -> None:
@@ -216,10 +221,11 @@ def test_a_job_failing_as_its_worker_job_ends_is_seen_as_lost(tmp_path: Path) ->
     pool.tick(GROW_AFTER)
     pool.slurm.start("100", "n3")
     pool.tick(GROW_AFTER + POLL_SECONDS)
-    assert not pool.jobs.ending("j100-n3", time.time())  # running: an ordinary failure
+    growth = PoolGrowth(pool.jobs)  # what the source asks the pool
+    assert not growth.lost_with_its_job("j100-n3", time.time())  # running: an ordinary failure
     pool.slurm.end("100", "CANCELLED")
-    assert pool.jobs.ending("j100-n3", time.time())
-    assert not pool.jobs.ending("n2", time.time())  # not a worker job's worker
+    assert growth.lost_with_its_job("j100-n3", time.time())
+    assert not growth.lost_with_its_job("n2", time.time())  # not a worker job's worker
 
 
 def test_a_bad_sbatch_args_option_is_blamed_on_that_setting(tmp_path: Path) -> None:
@@ -227,7 +233,7 @@ def test_a_bad_sbatch_args_option_is_blamed_on_that_setting(tmp_path: Path) -> N
     config = GrowthConfig(2, 1, None, None, None, None, ("--bogus",), 60.0, only_source=True)
     recipe = WorkerRecipe("/p", "/s", "/r", str(tmp_path), None, None, (), (), 0, (), True)
     commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
-    jobs = WorkerJobs(config, recipe, tmp_path, "t", commands, print, print, slurm=slurm)
+    jobs = SlurmProvider(config, recipe, tmp_path, "t", commands, slurm=slurm)
     with pytest.raises(DaskSlurmError) as caught:
         jobs.prepare()
     assert str(caught.value) == (
@@ -298,7 +304,7 @@ def test_a_worker_job_lands_before_its_limit_and_its_successor_comes_in_time(
     assert pool.scheduler.retired == [["j100-n1"]]
     pool.slurm.end("100")  # its steps ended, so did the job: by itself
     pool.tick(end - 14 + POLL_SECONDS)
-    assert pool.jobs.jobs["100"].end == "landed"
+    assert pool.jobs.jobs["100"].end is End.LANDED
     assert pool.slurm.commands("scancel") == [] and pool.warned == []
     summary = pool.jobs.summary()
     assert summary is not None and summary.startswith("worker jobs: 2 submitted, 2 ran, for ")

@@ -1,7 +1,9 @@
 """A cluster source whose farm grows with worker jobs: the run's own cluster (its srun
 workers, or only a scheduler in sbatch mode) plus the pool of worker jobs that add workers
 to it. The cluster owns its scaling, as distributed's ``SpecCluster.adapt`` does: the
-executor sees one :class:`..base.ClusterSource` and never the pool.
+executor sees one :class:`..base.ClusterSource` and never the pool, whose parts are the
+source's :attr:`..base.ClusterSource.growth` (:class:`PoolGrowth`) and
+:attr:`..base.ClusterSource.clock` (:class:`PoolClock`).
 
 What the pool changes about the source:
 
@@ -18,23 +20,28 @@ What the pool changes about the source:
   cancelled after the inner source closed, and the pool's summary is the last word;
 - **clocks**: the run's runway (worker jobs with a time limit) is the pool's, and each
   worker job lands before its limit, its jobs moved or stopped by the run's
-  :class:`.pool.Landings`.
+  :class:`..base.Landings`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...worker.clock import AllocationEnd, Runway
 from ...worker.supervisor import Swept
-from ..base import ClusterSource
+from ..base import ClusterSource, Growth, Landings, SourceClock
 from ..security import RunSecurity
-from .pool import Landings, WorkerJobs
+from .job import State
+from .pool import WorkerJobs
 
 if TYPE_CHECKING:
     from distributed import Client
+
+#: A job that failed on a worker job's worker: the second look at that job's state.
+ENDING_RECHECK = 0.5
 
 
 class GrowingCluster(ClusterSource):
@@ -47,6 +54,8 @@ class GrowingCluster(ClusterSource):
         self.security: RunSecurity = inner.security
         self.record_dir: Path | None = inner.record_dir
         self.restarts_workers = inner.restarts_workers
+        self.growth = PoolGrowth(pool)
+        self.clock = PoolClock(inner.clock, pool)
 
     @property
     def bringup_seconds(self) -> float | None:  # for the benchmarks' timing hook
@@ -96,8 +105,45 @@ class GrowingCluster(ClusterSource):
     def deaths(self) -> list[str]:
         return self.inner.deaths()
 
+    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
+        """A worker job's worker: end its jobs' processes with a step in its worker job
+        (nothing to do if SLURM ended that job: every process in it ended with it)."""
+        if not self.pool.owns(worker):
+            return self.inner.sweep(worker, keys)
+        job, node = self.pool.where(worker)
+        if job is None:
+            return None
+        self.pool.refresh()
+        if job.state is State.ENDED:
+            return Swept(
+                f"SLURM ended worker job {job.job_id} ({job.slurm_state}) and every process in it"
+            )
+        if node is None:
+            return None
+        return self.pool.provider.sweep(job.job_id, node, list(keys))
+
+    def end_worker(self, name: str, pid: int | None) -> str | None:
+        """A silent worker of a worker job: ended with a step in that job on its node."""
+        if not self.pool.owns(name):
+            return self.inner.end_worker(name, pid)
+        job, node = self.pool.where(name)
+        if pid is None or job is None or node is None or job.state is State.ENDED:
+            return None
+        return self.pool.provider.end_worker(job.job_id, node, pid)
+
+    def closing_lines(self) -> list[str]:
+        line = self.pool.summary()
+        return [*self.inner.closing_lines(), *([line] if line else [])]
+
+
+class PoolGrowth(Growth):
+    """The run's growth: what the pool's worker jobs will offer, and may still bring."""
+
+    def __init__(self, pool: WorkerJobs):
+        self.pool = pool
+
     def future_offers(self) -> list[dict[str, float]]:
-        return self.pool.offers()
+        return self.pool.provider.offers()
 
     def workers_may_come(self) -> bool:
         return self.pool.active()
@@ -106,28 +152,36 @@ class GrowingCluster(ClusterSource):
         return self.pool.owns(worker)
 
     def lost_with_its_job(self, worker: str, noticed: float) -> bool:
-        return self.pool.owns(worker) and self.pool.ending(worker, noticed)
+        """Whether the worker job of ``worker`` has ended or is ending, as SLURM tells it
+        after ``noticed`` (when a job's failure was noticed). SLURM changes a job's state
+        before it signals its processes, so a job killed with it sees this; one more
+        look half a second later covers a failure that raced the change. Failures noticed
+        together share the same squeue calls."""
+        job = self.pool.where(worker)[0] if self.pool.owns(worker) else None
+        if job is None:
+            return False
+        for after in (noticed, noticed + ENDING_RECHECK):
+            time.sleep(max(0.0, after - time.time()))
+            self.pool.refresh(after)
+            if job.state is State.ENDED or job.slurm_state != "RUNNING":
+                return True
+        return False
 
-    def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
-        if self.pool.owns(worker):
-            return self.pool.sweep(worker, list(keys))
-        return self.inner.sweep(worker, keys)
 
-    def end_worker(self, name: str, pid: int | None) -> str | None:
-        if self.pool.owns(name):
-            return self.pool.end_worker(name, pid) if pid is not None else None
-        return self.inner.end_worker(name, pid)
+class PoolClock(SourceClock):
+    """The run's own workers' end is the inner source's (``inner``); the runway is the
+    pool's, and its worker jobs land."""
+
+    def __init__(self, inner: SourceClock | None, pool: WorkerJobs):
+        self.inner = inner
+        self.pool = pool
 
     def allocation_end(self) -> AllocationEnd | None:
-        return self.inner.allocation_end()
+        return self.inner.allocation_end() if self.inner is not None else None
 
     def runway(self) -> Runway | None:
-        return self.pool.runway
+        return self.pool.lander.runway
 
     def land_worker_jobs_with(self, landings: Landings) -> bool:
-        self.pool.landings = landings
+        self.pool.lander.landings = landings
         return True
-
-    def closing_lines(self) -> list[str]:
-        line = self.pool.summary()
-        return [*self.inner.closing_lines(), *([line] if line else [])]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..spec import WorkerLanding, WorkerRecipe
+    from ..recipe import LandingPoint, WorkerRecipe
 
 #: Seconds scontrol gets to expand the job's node list or tell its nodes' memory.
 SCONTROL_TIMEOUT = 15.0
@@ -43,7 +43,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from ...slurm.layout import plan_layout
     from ...slurm.run import find_slurm_commands, read_granted_allocation
-    from ..spec import WorkerRecipe, plan_worker_steps
+    from ..recipe import WorkerRecipe
+    from ..spec import plan_worker_steps
 
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
@@ -99,13 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def own_landing(
     recipe: WorkerRecipe, env: Mapping[str, str], scontrol: str | None, job_id: str
-) -> WorkerLanding | None:
+) -> LandingPoint | None:
     """This job's landing point, from its end (``SLURM_JOB_END_TIME``, else scontrol): its
     workers start no job that cannot finish by then, and advertise the run's runway up to
     it. None when the run lands no worker job (no margin), or SLURM tells no end."""
     from ...slurm.run import scontrol_time_left
     from ...slurm.walltime import allocation_end
-    from ..spec import WorkerLanding
+    from ..recipe import LandingPoint
 
     if recipe.landing_margin <= 0:
         return None
@@ -115,7 +116,7 @@ def own_landing(
     if found is None:
         say(f"job {job_id}: SLURM tells no time limit; its workers do not land by themselves")
         return None
-    landing = WorkerLanding(found[0] - recipe.landing_margin, now)
+    landing = LandingPoint(found[0] - recipe.landing_margin, now)
     say(
         f"job {job_id}: ends at {time.strftime('%H:%M:%S', time.localtime(found[0]))} (from "
         f"{found[1]}); its workers land {recipe.landing_margin:.0f} s before, at "

@@ -1,84 +1,42 @@
-"""Worker jobs: grow the farm with sbatch jobs whose workers join the run's scheduler, and
-shrink it when they are idle (the lifecycle; the decisions are :mod:`.policy`'s).
+"""Worker jobs: the loop that grows the farm with sbatch jobs whose workers join the run's
+scheduler, and shrinks it when they are idle. The decisions are :mod:`.policy`'s, every
+SLURM command the provider's (:mod:`.provider`, prepared before the loop starts), each
+worker job's state its own (:mod:`.job`), each one's landing :mod:`.landing`'s.
 
-- **Before anything starts** (:meth:`WorkerJobs.prepare`): the partition's nodes and their
-  CPUs (``sinfo``: what one worker job brings, so that jobs larger than the first
-  allocation's nodes are not refused), the recipe and the two-line Python batch script
-  written into the run directory, and ``sbatch --test-only`` with the very options of the
-  real submissions: a wrong partition, account or size is an error at start-up that names
-  the option.
-- **A thread** (:meth:`WorkerJobs.start`) that every second asks the scheduler what waits
-  and what each worker holds (one small RPC, ``dask_slurm_load``), every few seconds asks
-  ``squeue`` about the worker jobs (one call for all), decides (:func:`.policy.decide`),
-  and acts: ``sbatch``, ``scancel`` of pending jobs no longer needed, retirement of idle
-  ones through the scheduler (``dask_slurm_retire_idle``: no job can be lost, see
-  :mod:`...worker.scheduler_preload`), after which the job ends by itself.
-- **At the end** (:meth:`WorkerJobs.close`), on every path: one ``scancel`` for every
-  worker job still pending or running, then a check that ``squeue`` lists none.
-
-- **Each job's clock**: squeue also says how long each running worker job has left; from
-  its landing point (its end less the landing margin) it *lands*: its workers leave Dask's
-  running set (``dask_slurm_land``), the jobs they hold are moved (not started) or stopped
-  (cannot finish before its hard stop) by the run (:class:`Landings`), the rest finish,
-  then its workers retire through the scheduler and the job ends by itself, before SLURM's
-  SIGTERM (a job still listed a few seconds before its end is cancelled). While it still
-  has work its successor is submitted in time (:func:`.policy.successor_due`).
-
-A worker job that ends under the run (scancel, its time limit, a node failure) is a worker
-lost like any other: its supervisors end the jobs' processes and record it, and the
+A thread (:meth:`WorkerJobs.start`) every second asks the scheduler what waits and what
+each worker holds (one small RPC, ``dask_slurm_load``), every few seconds asks SLURM about
+the worker jobs (one squeue for all), lands those whose landing point came, decides
+(:func:`.policy.decide`) and acts: ``sbatch`` (a successor, in time, for a landing job
+that still has work), ``scancel`` of pending jobs no longer needed, retirement of idle ones
+through the scheduler (``dask_slurm_retire_idle``: no job can be lost, see
+:mod:`...worker.scheduler_preload`), after which the job ends by itself. It answers what
+the source asks (:mod:`.growing`), and at the end (:meth:`WorkerJobs.close`, on every
+path) cancels every worker job still there in one ``scancel`` and checks that squeue lists
+none. A worker job that ends under the run (scancel, its time limit, a node failure) is a
+worker lost like any other: its supervisors end the jobs' processes and record it, and the
 executor runs those jobs again elsewhere (:mod:`...dispatch.recovery`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import enum
 import logging
-import math
-import os
-import shlex
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ...config import GrowthConfig
-from ...errors import DaskSlurmError
-from ...report.hints import blame_setting
-from ...slurm.argv import (
-    sbatch_command,
-    scancel_command,
-    sinfo_command,
-    squeue_command,
-)
-from ...slurm.hostlist import expand_hostlist
-from ...slurm.run import (
-    Queued,
-    Slurm,
-    SlurmCommandError,
-    end_worker_on_node,
-    find_commands,
-    node_of_worker,
-    parse_sinfo,
-    parse_squeue,
-    sweep_node,
-)
-from ...slurm.states import GONE, Phase, phase
-from ...worker.clock import Runway, scaled_margins
+from ...slurm.run import SlurmCommandError, node_of_worker
+from ...worker.clock import Runway
 from ...worker.scheduler_preload import (
-    LAND_HANDLER,
     LOAD_HANDLER,
     RETIRE_IDLE_HANDLER,
     RUNWAY_HANDLER,
 )
-from ...worker.supervisor import Swept
 from ...worker.waiting import wait_until
-from ..spec import WorkerRecipe
 from . import policy
+from .job import LIVE, Action, End, Seen, State, WorkerJob, tally, worker_job_of
+from .landing import Lander
+from .provider import SLURM_TIMEOUT, SlurmProvider
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -90,119 +48,11 @@ TICK_SECONDS = 1.0
 POLL_SECONDS = 5.0
 #: A backlog must last this long before a worker job is submitted.
 GROW_AFTER = 5.0
-SLURM_TIMEOUT = 30.0
 RPC_TIMEOUT = 5.0
 #: A retired job still listed this long after its workers left is cancelled.
 RETIRE_GRACE = 30.0
-#: A job that failed on a worker job's worker: the second look at that job's state.
-ENDING_RECHECK = 0.5
 #: Seconds close() waits for squeue to list no worker job any more.
 GONE_TIMEOUT = 20.0
-#: A landed job still listed this long before its end is cancelled (it must not meet
-#: SLURM's SIGTERM with jobs on it).
-END_GUARD = 5.0
-SCRIPT_NAME = "worker-job.py"
-RECIPE_NAME = "recipe.json"
-
-
-@dataclass(frozen=True)
-class GrowthCommands:
-    sbatch: str
-    squeue: str
-    scancel: str
-    sinfo: str
-    srun: str
-
-    @classmethod
-    def find(cls) -> GrowthCommands:
-        found = find_commands(
-            [field.name for field in dataclasses.fields(cls)],
-            "Worker jobs are submitted, watched and cancelled with them (or run without "
-            "--dask-slurm-worker-jobs).",
-        )
-        return cls(**found)
-
-
-class Action(enum.Enum):
-    """What the plugin did to a worker job (its end is then no surprise)."""
-
-    #: Idle with nothing waiting: its workers left through the scheduler; it ends itself.
-    RETIRED = "retired"
-    #: Pending and no longer needed.
-    CANCELLED = "cancelled"
-    #: The run ended.
-    STOPPED = "stopped"
-    #: Its time limit came near: its workers left with nothing lost; it ends itself.
-    LANDED = "landed"
-
-
-class Landings(Protocol):
-    """What the run does with the jobs on a landing worker job's workers (the dispatch
-    side: :class:`...dispatch.clock.worker_jobs.WorkerJobLanding`)."""
-
-    def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
-        """Move what has not started, stop what cannot finish by ``hard_stop``: (going
-        on, stopped, moved)."""
-
-    def stop(self, job_id: str, keys: Sequence[str]) -> int:
-        """Stop ``keys`` at the hard stop: how many."""
-
-
-@dataclass
-class TrackedJob:
-    """One worker job as the plugin knows it."""
-
-    job_id: str
-    cpus: float
-    submitted: float
-    state: str = "PENDING"
-    nodes: tuple[str, ...] = ()
-    started: float | None = None
-    joined: float | None = None
-    ended: float | None = None
-    #: Why it ended, as the plugin tells it (None: still there, or not yet known).
-    end: str | None = None
-    #: What the plugin did to it.
-    action: Action | None = None
-    action_at: float | None = None
-    idle_since: float | None = None
-    workers: set[str] = field(default_factory=set)
-    #: How many of its workers the run has announced as joined (a job of nodes of
-    #: different sizes starts one srun step per size; they join one after the other).
-    announced: int = 0
-    #: Its end, from squeue's time left (None: no time limit, or not running yet).
-    end_at: float | None = None
-    #: The job submitted to replace it before it lands, and the one it replaces.
-    successor: str | None = None
-    replaces: str | None = None
-    #: Its landing: the hard stop done; cancelled just before its end (still there).
-    hard_stopped: bool = False
-    cancelled_at_end: bool = False
-
-
-def submission_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The environment sbatch runs in: without this allocation's SLURM_* variables
-    (SLURM_CONF excepted), which sbatch would otherwise pass into the worker job and
-    which would describe the wrong allocation there."""
-    return {k: v for k, v in env.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-
-
-def batch_script(python: str, recipe_path: Path) -> str:
-    """The worker job's batch script: Python, no shell."""
-    return (
-        f"#!{python}\n"
-        "# A dask-slurm worker job: Dask workers on this job's nodes join a running workflow.\n"
-        "from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.in_job import main\n"
-        f"raise SystemExit(main([{str(recipe_path)!r}]))\n"
-    )
-
-
-def worker_job_of(worker: str) -> str | None:
-    """``j1234-n3`` -> ``1234`` (None: not a worker job's worker)."""
-    if not worker.startswith("j"):
-        return None
-    job_id = worker[1:].partition("-")[0]
-    return job_id if job_id.isdigit() else None
 
 
 class WorkerJobs:
@@ -210,38 +60,21 @@ class WorkerJobs:
 
     def __init__(
         self,
-        config: GrowthConfig,
-        recipe: WorkerRecipe,
-        run_dir: Path,
-        name: str,
-        commands: GrowthCommands,
+        provider: SlurmProvider,
         say: Callable[[str], None],
         warn: Callable[[str], None],
-        slurm: Slurm | None = None,
         runway: Runway | None = None,
         landing_margin: float = 0.0,
     ):
-        self.config = config
-        #: The run's runway (None: worker jobs are not placed by time, see worker/clock.py).
-        self.runway = runway
-        #: --dask-slurm-landing-margin (0: worker jobs do not land by themselves).
-        self.landing_margin = landing_margin
-        #: What the run does with a landing job's jobs (set by the glue; None: nothing).
-        self.landings: Landings | None = None
+        #: SLURM: submit, status, cancel (prepared before the pool starts).
+        self.provider = provider
+        self.config = provider.config
+        #: Each worker job's landing before its time limit (and the run's runway).
+        self.lander = Lander(provider, say, warn, runway, landing_margin)
         #: Seconds from submission until the workers joined, per job, in order.
         self.waits: list[float] = []
-        #: Jobs a landing stopped (they run again elsewhere) or moved before they started.
-        self.stopped_at_limit = 0
-        self.moved_at_landing = 0
-        self.slurm = slurm or Slurm()
-        self.recipe = recipe
-        self.dir = run_dir / "worker-jobs"
-        self.logs = Path(recipe.log_dir)
-        self.name = name
-        self.commands = commands
         self.say, self.warn = say, warn
-        self.jobs: dict[str, TrackedJob] = {}
-        self.node_cpus: dict[str, int] = {}
+        self.jobs: dict[str, WorkerJob] = {}
         self.failures = 0
         self.next_submission = 0.0
         self.paused = False
@@ -256,94 +89,6 @@ class WorkerJobs:
         #: Calls a handler of the scheduler's (``name, **kwargs``): set by :meth:`start`.
         self.call_scheduler: Callable[..., Any] | None = None
 
-    # -- before anything starts --------------------------------------------------------
-
-    def prepare(self) -> None:
-        """Nodes of the partition, the batch script, and SLURM's dry run of a submission."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        recipe_path = self.dir / RECIPE_NAME
-        recipe_path.write_text(self.recipe.to_json())
-        script = self.dir / SCRIPT_NAME
-        script.write_text(batch_script(self.recipe.python, recipe_path))
-        script.chmod(0o700)
-        try:
-            said = self._sbatch(test_only=True)
-        except SlurmCommandError as e:
-            blame = blame_setting(e.said, {"--dask-slurm-sbatch-args": self.config.sbatch_args})
-            if blame:
-                raise DaskSlurmError(
-                    f"sbatch refused the worker jobs (checked with sbatch --test-only before "
-                    f"submitting anything): {e.said.strip()}. {blame}"
-                ) from None
-            raise DaskSlurmError(
-                f"SLURM would not accept the worker jobs (checked with sbatch --test-only "
-                f"before submitting anything): {e.said.strip() or e.problem}. The options "
-                f"were: {self.options_text()}. Fix the one SLURM names (a partition or "
-                "account that does not exist or that you may not use, more nodes or CPUs "
-                "than a node or the partition has, a time limit above the partition's), "
-                f"{self.config.way_out}."
-            ) from None
-        logger.debug("sbatch --test-only said: %s", said)
-        listed = self.slurm.run(
-            sinfo_command(self.config.partition, self.commands.sinfo), SLURM_TIMEOUT
-        )
-        self.node_cpus = parse_sinfo(listed)
-        if not self.node_cpus:
-            where = f"partition {self.config.partition}" if self.config.partition else "SLURM"
-            raise DaskSlurmError(
-                f"Worker jobs: {where} lists no node that is up (sinfo). Name a partition "
-                "with nodes in service with --dask-slurm-worker-job-partition."
-            )
-
-    def options_text(self) -> str:
-        c = self.config
-        parts = [
-            f"--dask-slurm-worker-job-nodes {c.nodes}",
-            f"--dask-slurm-worker-job-cpus {c.cpus_per_node}"
-            if c.cpus_per_node
-            else "whole nodes (--exclusive)",
-        ]
-        if c.partition:
-            parts.append(f"--dask-slurm-worker-job-partition {c.partition}")
-        if c.account:
-            parts.append(f"--dask-slurm-worker-job-account {c.account}")
-        if c.time_limit:
-            parts.append(f"--dask-slurm-worker-job-time {c.time_limit}")
-        if c.sbatch_args:
-            parts.append(f"--dask-slurm-sbatch-args {shlex.join(c.sbatch_args)!r}")
-        return ", ".join(parts)
-
-    def offers(self) -> list[dict[str, float]]:
-        """What one worker of a worker job offers (for admission): its CPUs."""
-        if self.config.cpus_per_node:
-            return [{"cpus": float(self.config.cpus_per_node)}]
-        return [{"cpus": float(c)} for c in sorted(set(self.node_cpus.values()))]
-
-    @property
-    def cpus_per_job(self) -> float:
-        """What one worker job brings, counted low (the smallest nodes)."""
-        per_node = self.config.cpus_per_node or min(self.node_cpus.values(), default=1)
-        return float(per_node * self.config.nodes)
-
-    def _sbatch(self, test_only: bool = False) -> str:
-        argv = sbatch_command(
-            str(self.dir / SCRIPT_NAME),
-            job_name=self.name,
-            output=str(self.logs / "worker-job-%j.out"),
-            nodes=self.config.nodes,
-            cpus_per_node=self.config.cpus_per_node,
-            time_limit=self.config.time_limit,
-            partition=self.config.partition,
-            account=self.config.account,
-            sbatch_args=self.config.sbatch_args,
-            test_only=test_only,
-            sbatch=self.commands.sbatch,
-        )
-        self.logs.mkdir(parents=True, exist_ok=True)
-        return self.slurm.run(
-            argv, SLURM_TIMEOUT, env=submission_env(os.environ), cwd=str(self.dir)
-        )
-
     # -- the thread --------------------------------------------------------------------
 
     def start(self, client: Client) -> None:
@@ -352,8 +97,9 @@ class WorkerJobs:
             return client.sync(method, callback_timeout=RPC_TIMEOUT, **kwargs)
 
         self.call_scheduler = call
-        if self.runway is not None:  # tasks waiting for a worker ask for time from now on
-            call(RUNWAY_HANDLER, step=self.runway.step)
+        runway = self.lander.runway
+        if runway is not None:  # tasks waiting for a worker ask for time from now on
+            call(RUNWAY_HANDLER, step=runway.step)
         self._thread = threading.Thread(target=self._run, name="dask-slurm-growth", daemon=True)
         self._thread.start()
 
@@ -376,120 +122,92 @@ class WorkerJobs:
             if now - self._last_poll >= POLL_SECONDS:
                 self._poll(now)
             self._see_workers(held, now)
-            if waiting > 0:
-                self.backlog_since = self.backlog_since or now
-                self.first_backlog = self.first_backlog or now
-                self.empty_since = None
-            else:
-                self.backlog_since = None
-                self.empty_since = self.empty_since or now
-            self._land_due(held, now)
-            live = [j for j in self.jobs.values() if j.ended is None and j.action is None]
-            alive = {j.job_id for j in live}
-            situation = policy.Situation(
-                now=now,
-                backlog_cpus=waiting,
-                jobs=[
-                    policy.JobView(
-                        j.job_id,
-                        policy.RUNNING if j.joined else policy.PENDING,
-                        j.cpus,
-                        j.idle_since,
-                        j.submitted,
-                        self._landing_at(j),
-                        replaced=j.successor is not None,
-                        replacing=j.replaces in alive,
-                    )
-                    for j in live
-                ],
-                max_jobs=self.config.max_jobs,
-                cpus_per_job=self.cpus_per_job,
-                idle_seconds=self.config.idle_seconds,
-                empty_since=self.empty_since,
-                next_submission=self.next_submission,
-                paused=self.paused,
-                backlog_since=self.backlog_since,
-                grow_after=GROW_AFTER,
-                waits=self.waits,
-            )
-            decision = policy.decide(situation)
-            if decision.submit:
-                self._submit(decision.submit, waiting, now)
-            if decision.replace:
-                self._submit(len(decision.replace), waiting, now, list(decision.replace))
-            if decision.cancel:
-                self._cancel(list(decision.cancel), now, Action.CANCELLED)
-            for job_id in decision.retire:
-                self._retire(self.jobs[job_id], now)
-            self._cancel_stuck_retirements(now)
+            self._see_backlog(waiting, now)
+            self.lander.due(self.jobs.values(), held, now, self.call_scheduler)
+            self._act(policy.decide(self._situation(waiting, now)), waiting, now)
+
+    def _see_backlog(self, waiting: float, now: float) -> None:
+        if waiting > 0:
+            self.backlog_since = self.backlog_since or now
+            self.first_backlog = self.first_backlog or now
+            self.empty_since = None
+        else:
+            self.backlog_since = None
+            self.empty_since = self.empty_since or now
+
+    def _situation(self, waiting: float, now: float) -> policy.Situation:
+        """What the policy decides from: the backlog and the live worker jobs."""
+        live = [j for j in self.jobs.values() if j.state in LIVE]
+        alive = {j.job_id for j in live}
+        return policy.Situation(
+            now=now,
+            backlog_cpus=waiting,
+            jobs=[j.view(self.lander.landing_at(j), alive) for j in live],
+            max_jobs=self.config.max_jobs,
+            cpus_per_job=self.provider.cpus_per_job,
+            idle_seconds=self.config.idle_seconds,
+            empty_since=self.empty_since,
+            next_submission=self.next_submission,
+            paused=self.paused,
+            backlog_since=self.backlog_since,
+            grow_after=GROW_AFTER,
+            waits=self.waits,
+        )
+
+    def _act(self, decision: policy.Decision, waiting: float, now: float) -> None:
+        if decision.submit:
+            self._submit(decision.submit, waiting, now)
+        if decision.replace:
+            self._submit(len(decision.replace), waiting, now, list(decision.replace))
+        if decision.cancel:
+            self._cancel(list(decision.cancel), now)
+        for job_id in decision.retire:
+            self._retire(self.jobs[job_id], now)
+        self._cancel_stuck_retirements(now)
 
     def _see_workers(self, held: Mapping[str, int], now: float) -> None:
-        by_job: dict[str, list[int]] = {}
+        by_job: dict[str, dict[str, int]] = {}
         for name, tasks in held.items():
             job_id = worker_job_of(name)
             if job_id is not None:
-                by_job.setdefault(job_id, []).append(tasks)
-                if job_id in self.jobs:
-                    self.jobs[job_id].workers.add(name)
-        for job_id, counts in by_job.items():
+                by_job.setdefault(job_id, {})[name] = tasks
+        for job_id, workers in by_job.items():
             job = self.jobs.get(job_id)
             if job is None:
                 continue
-            if job.joined is None:
-                job.joined = now
+            first, more = job.workers_hold(workers, now)
+            if first:
                 self.waits.append(now - job.submitted)
-            if len(job.workers) > job.announced:
-                job.announced = len(job.workers)
+            if more:
                 self.say(
                     f"worker job {job_id}: {len(job.workers)} worker(s) joined "
                     f"({', '.join(sorted(job.workers))}), "
                     f"{now - job.submitted:.0f} s after submission"
                 )
-            busy = any(counts)
-            job.idle_since = None if busy else (job.idle_since or now)
 
     def _poll(self, now: float) -> None:
         self._last_poll = now
-        ids = [j.job_id for j in self.jobs.values() if j.ended is None]
+        ids = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
         if not ids:
             return
-        done = self.slurm.ask(squeue_command(ids, self.commands.squeue), SLURM_TIMEOUT)
-        if done is None or (done.returncode != 0 and "Invalid job id" not in done.stderr):
+        states = self.provider.status(ids)
+        if states is None:
             return  # the controller did not answer: ask again next time
-        states = parse_squeue(done.stdout)
         for job_id in ids:
             job = self.jobs[job_id]
-            queued = states.get(job_id, Queued(GONE, ""))
-            state, nodes = queued.state, queued.nodes
-            state = state.split()[0] if state else GONE
-            if nodes and nodes not in ("(null)", "None assigned"):
-                with contextlib.suppress(ValueError):
-                    job.nodes = tuple(expand_hostlist(nodes))
-            job.state = state
-            now_in = phase(state)
-            if now_in is Phase.STARTED and queued.left is not None:
-                job.end_at = now + queued.left
-            if now_in is Phase.STARTED and job.started is None:
-                job.started = now
+            seen = job.seen(states[job_id], now)
+            if seen is Seen.STARTED:
                 self.say(
                     f"worker job {job_id} started on {','.join(job.nodes) or '?'} after "
                     f"{now - job.submitted:.0f} s in the queue"
                 )
-            if now_in is Phase.ENDED:
-                job.ended = now
-                self._ended(job)
-
-    def _ended(self, job: TrackedJob) -> None:
-        if job.action is not None:
-            job.end = job.action.value
-            return
-        job.end = f"ended ({job.state.lower()})"
-        ran = f" after running {job.ended - job.started:.0f} s" if job.started and job.ended else ""
-        self.warn(
-            f"worker job {job.job_id} ended under the run ({job.state}){ran}: the jobs its "
-            f"workers ran are run again elsewhere; its log: {self.logs}/worker-job-"
-            f"{job.job_id}.out"
-        )
+            elif seen is Seen.ENDED and job.end is End.UNDER_THE_RUN:
+                ran = f" after running {now - job.started:.0f} s" if job.started else ""
+                self.warn(
+                    f"worker job {job_id} ended under the run ({job.slurm_state}){ran}: the "
+                    "jobs its workers ran are run again elsewhere; its log: "
+                    f"{self.provider.log_of(job_id)}"
+                )
 
     def _submit(
         self, count: int, waiting: float, now: float, replacing: Sequence[str] = ()
@@ -497,160 +215,87 @@ class WorkerJobs:
         """Submit ``count`` worker jobs (with ``replacing``: one successor for each)."""
         submitted = []
         for index in range(count):
-            try:
-                said = self._sbatch()
-            except SlurmCommandError as e:
-                self.failures += 1
-                self.next_submission, self.paused = policy.after_failure(self.failures, now)
-                if self.paused:
-                    self.warn(
-                        f"worker jobs: {self.failures} submissions in a row failed, so the "
-                        f"run stops growing and goes on with the workers it has. The last "
-                        f"failure: {e}"
-                    )
-                else:
-                    self.warn(
-                        f"worker jobs: a submission failed, next try in "
-                        f"{self.next_submission - now:.0f} s: {e}"
-                    )
+            job_id = self._submit_one(now)
+            if job_id is None:
                 break
-            job_id = said.strip().splitlines()[-1].split(";")[0].strip() if said.strip() else ""
-            if not job_id.isdigit():
-                self.warn(f"worker jobs: sbatch printed no job id: {said.strip()!r}")
-                break
-            self.failures = 0
-            self.jobs[job_id] = TrackedJob(job_id, self.cpus_per_job, now)
+            self.jobs[job_id] = WorkerJob(job_id, self.provider.cpus_per_job, now)
             submitted.append(job_id)
             if replacing:
                 self.jobs[job_id].replaces = replacing[index]
                 self.jobs[replacing[index]].successor = job_id
-        if submitted and replacing:
+        self._say_submitted(submitted, bool(replacing), waiting, now)
+
+    def _submit_one(self, now: float) -> str | None:
+        """One sbatch: the job's id, or None (a failure counted, and said)."""
+        try:
+            job_id, said = self.provider.submit()
+        except SlurmCommandError as e:
+            self.failures += 1
+            self.next_submission, self.paused = policy.after_failure(self.failures, now)
+            if self.paused:
+                self.warn(
+                    f"worker jobs: {self.failures} submissions in a row failed, so the "
+                    f"run stops growing and goes on with the workers it has. The last "
+                    f"failure: {e}"
+                )
+            else:
+                self.warn(
+                    f"worker jobs: a submission failed, next try in "
+                    f"{self.next_submission - now:.0f} s: {e}"
+                )
+            return None
+        if job_id is None:
+            self.warn(f"worker jobs: sbatch printed no job id: {said.strip()!r}")
+            return None
+        self.failures = 0
+        return job_id
+
+    def _say_submitted(
+        self, submitted: list[str], replacing: bool, waiting: float, now: float
+    ) -> None:
+        if not submitted:
+            return
+        self._last_poll = 0.0  # look at them soon
+        name = self.provider.name
+        if replacing:
             lines = []
             for job_id in submitted:
                 old = self.jobs[self.jobs[job_id].replaces or ""]
-                lands = (self._landing_at(old) or now) - now
+                lands = (self.lander.landing_at(old) or now) - now
                 lines.append(
                     f"worker job {job_id} to replace {old.job_id} (it lands in {lands:.0f} s)"
                 )
             wait = max(self.waits[-policy.RECENT_WAITS :], default=0.0)
             self.say(
-                f"submitted {'; '.join(lines)} ({self.name}; the longest wait for its "
+                f"submitted {'; '.join(lines)} ({name}; the longest wait for its "
                 f"workers so far: {wait:.0f} s)"
             )
-            self._last_poll = 0.0
-        elif submitted:
-            self.first_submission = self.first_submission or now
-            pending = sum(1 for j in self.jobs.values() if j.ended is None and not j.joined)
-            self.say(
-                f"submitted worker job(s) {', '.join(submitted)} ({self.name}): jobs wait for "
-                f"{waiting:g} CPU(s); {pending} worker job(s) now queued or starting, at "
-                f"most {self.config.max_jobs} at once"
-            )
-            self._last_poll = 0.0  # look at them soon
-
-    # -- each job's clock ----------------------------------------------------------------
-
-    def _margin(self, job: TrackedJob) -> float:
-        """How long before its end a job lands: the runway's margin, else the landing
-        margin scaled to its lifetime (0: it does not land)."""
-        if self.runway is not None:
-            return self.runway.margin
-        if self.landing_margin <= 0 or job.end_at is None:
-            return 0.0
-        start = job.started or job.joined or job.end_at
-        return scaled_margins(job.end_at, start, self.landing_margin, 0.0)[0]
-
-    def _landing_at(self, job: TrackedJob) -> float | None:
-        margin = self._margin(job)
-        if job.end_at is None or margin <= 0:
-            return None
-        return job.end_at - margin
-
-    def _land_due(self, held: Mapping[str, int], now: float) -> None:
-        """Land each job at its landing point, stop what still runs at its hard stop, let
-        its workers go once they hold nothing, cancel it if it is still there just before
-        its end."""
-        for job in self.jobs.values():
-            landing_at = self._landing_at(job)
-            if job.ended is not None or landing_at is None or job.end_at is None:
-                continue
-            if job.action is None and job.joined is not None and now >= landing_at:
-                self._land(job, now)
-            if job.action is not Action.LANDED:
-                continue
-            hard_stop = job.end_at - self._margin(job) / 2
-            if not job.hard_stopped and now >= hard_stop:
-                self._hard_stop(job)
-            idle = [name for name in sorted(job.workers) if held.get(name) == 0]
-            if idle:  # out of the running set since the landing: nothing new comes to them
-                assert self.call_scheduler is not None
-                self.call_scheduler(RETIRE_IDLE_HANDLER, names=idle)
-            connected = any(name in held for name in job.workers)
-            if now >= job.end_at - END_GUARD and connected and not job.cancelled_at_end:
-                job.cancelled_at_end = True
-                self.slurm.ask(scancel_command([job.job_id], self.commands.scancel), SLURM_TIMEOUT)
-                self.warn(
-                    f"worker job {job.job_id} was still running {END_GUARD:.0f} s before its "
-                    "time limit: cancelled (its workers' supervisors end what runs there)"
-                )
-
-    def _held(self, job: TrackedJob, why: str) -> list[str]:
-        """The tasks its workers hold, once they are out of the running set (nothing new
-        goes to them)."""
-        assert self.call_scheduler is not None
-        held: Mapping[str, list[str]] = self.call_scheduler(LAND_HANDLER, names=sorted(job.workers))
-        logger.debug("worker job %s %s: its workers hold %s", job.job_id, why, held)
-        return [key for keys in held.values() for key in keys]
-
-    def _land(self, job: TrackedJob, now: float) -> None:
-        assert job.end_at is not None
-        keys = self._held(job, "lands")  # if the scheduler does not answer: next tick
-        job.action, job.action_at = Action.LANDED, now
-        hard_stop = job.end_at - self._margin(job) / 2
-        going_on = stopped = moved = 0
-        if self.landings is not None and keys:
-            going_on, stopped, moved = self.landings.land(job.job_id, keys, hard_stop)
-        self.stopped_at_limit += stopped
-        self.moved_at_landing += moved
-        successor = f"; its successor is {job.successor}" if job.successor else ""
+            return
+        self.first_submission = self.first_submission or now
+        pending = sum(1 for j in self.jobs.values() if j.ended is None and not j.joined)
         self.say(
-            f"worker job {job.job_id} lands, {job.end_at - now:.0f} s before its time limit: "
-            f"no job starts there any more; {going_on} running job(s) expected to finish in "
-            f"time go on, {stopped} that could not are stopped (they run again elsewhere), "
-            f"{moved} not started go to other workers{successor}"
+            f"submitted worker job(s) {', '.join(submitted)} ({name}): jobs wait for "
+            f"{waiting:g} CPU(s); {pending} worker job(s) now queued or starting, at "
+            f"most {self.config.max_jobs} at once"
         )
 
-    def _hard_stop(self, job: TrackedJob) -> None:
-        job.hard_stopped = True
-        keys = self._held(job, "reached its hard stop")
-        stopped = self.landings.stop(job.job_id, keys) if self.landings and keys else 0
-        self.stopped_at_limit += stopped
-        if stopped:
-            self.say(
-                f"worker job {job.job_id}: {stopped} job(s) still running at its hard stop "
-                "are stopped (they run again elsewhere)"
-            )
-
-    def _cancel(self, ids: list[str], now: float, action: Action) -> None:
-        if not ids:
-            return
-        self.slurm.ask(scancel_command(ids, self.commands.scancel), SLURM_TIMEOUT)
+    def _cancel(self, ids: list[str], now: float) -> None:
+        """Pending jobs no longer needed."""
+        self.provider.cancel(ids)
         for job_id in ids:
-            job = self.jobs[job_id]
-            job.action, job.action_at = action, now
-        if action is Action.CANCELLED:
-            self.say(
-                f"cancelled pending worker job(s) {', '.join(ids)}: nothing has waited for "
-                f"{self.config.idle_seconds:g} s"
-            )
+            self.jobs[job_id].let_go(Action.CANCELLED, now)
+        self.say(
+            f"cancelled pending worker job(s) {', '.join(ids)}: nothing has waited for "
+            f"{self.config.idle_seconds:g} s"
+        )
 
-    def _retire(self, job: TrackedJob, now: float) -> None:
+    def _retire(self, job: WorkerJob, now: float) -> None:
         names = sorted(job.workers)
         assert self.call_scheduler is not None
         closed = self.call_scheduler(RETIRE_IDLE_HANDLER, names=names)
         if set(closed) != set(names):
             return  # one got a task meanwhile: it is not idle after all
-        job.action, job.action_at = Action.RETIRED, now
+        job.let_go(Action.RETIRED, now)
         self.say(
             f"worker job {job.job_id} retired: idle for {now - (job.idle_since or now):.0f} s "
             f"with nothing waiting; its worker(s) left, the job ends"
@@ -661,72 +306,37 @@ class WorkerJobs:
             j.job_id
             for j in self.jobs.values()
             if j.action is Action.RETIRED
-            and j.ended is None
+            and j.state is not State.ENDED
             and now - (j.action_at or now) > RETIRE_GRACE
         ]
         if stuck:
-            self.slurm.ask(scancel_command(stuck, self.commands.scancel), SLURM_TIMEOUT)
+            self.provider.cancel(stuck)
             for job_id in stuck:
                 self.jobs[job_id].action_at = now  # once per grace period
 
-    # -- what the executor asks ----------------------------------------------------------
+    # -- what the source asks (clusters/worker_jobs/growing.py) --------------------------
 
     def active(self) -> bool:
         """Whether workers may still come: a worker job is queued or running, or growth
         can still submit."""
         with self._lock:
-            if any(j.ended is None and j.action is None for j in self.jobs.values()):
+            if any(j.state in LIVE for j in self.jobs.values()):
                 return True
             return not self.paused
 
     def owns(self, worker: str) -> bool:
         return worker_job_of(worker) is not None
 
-    def ending(self, worker: str, since: float) -> bool:
-        """Whether the worker job of ``worker`` has ended or is ending, as SLURM tells it
-        after ``since`` (when a job's failure was noticed). SLURM changes a job's state
-        before it signals its processes, so a job killed with it sees this; one more
-        look half a second later covers a failure that raced the change. Failures noticed
-        together share the same squeue calls."""
-        job = self.jobs.get(worker_job_of(worker) or "")
-        if job is None:
-            return False
-        for after in (since, since + ENDING_RECHECK):
-            time.sleep(max(0.0, after - time.time()))
-            with self._lock:
-                if self._last_poll <= after:
-                    self._poll(time.time())
-            if job.ended is not None or job.state != "RUNNING":
-                return True
-        return False
-
-    def sweep(self, worker: str, keys: list[str]) -> Swept | None:
-        """End the jobs' processes left where a worker job's worker died."""
-        job, node = self._where(worker)
-        if job is None:
-            return None
-        with self._lock:
-            self._poll(time.time())
-        if job.ended is not None:
-            return Swept(
-                f"SLURM ended worker job {job.job_id} ({job.state}) and every process in it"
-            )
-        if node is None:
-            return None
-        return sweep_node(self.slurm, self.commands.srun, sys.executable, node, keys, job.job_id)
-
-    def end_worker(self, worker: str, pid: int) -> str | None:
-        """End a silent worker of a worker job, with a step in that job on its node."""
-        job, node = self._where(worker)
-        if job is None or node is None or job.ended is not None:
-            return None
-        srun = self.commands.srun
-        return end_worker_on_node(self.slurm, srun, sys.executable, node, pid, job.job_id)
-
-    def _where(self, worker: str) -> tuple[TrackedJob | None, str | None]:
+    def where(self, worker: str) -> tuple[WorkerJob | None, str | None]:
         """The worker job a worker runs in, and its node."""
         job = self.jobs.get(worker_job_of(worker) or "")
         return job, node_of_worker(worker, job.nodes) if job is not None else None
+
+    def refresh(self, after: float | None = None) -> None:
+        """Ask SLURM about the worker jobs now, unless it was asked after ``after``."""
+        with self._lock:
+            if after is None or self._last_poll <= after:
+                self._poll(time.time())
 
     # -- the end -------------------------------------------------------------------------
 
@@ -741,22 +351,22 @@ class WorkerJobs:
         squeue lists none any more."""
         self.stop()
         with self._lock:
-            left = [j.job_id for j in self.jobs.values() if j.ended is None]
+            left = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
             if not left:
                 return
             now = time.time()
             for job_id in left:
                 job = self.jobs[job_id]
-                if job.action is None:
-                    job.action, job.action_at = Action.STOPPED, now
-            self.slurm.ask(scancel_command(left, self.commands.scancel), SLURM_TIMEOUT)
+                if job.state in LIVE:
+                    job.let_go(Action.STOPPED, now)
+            self.provider.cancel(left)
 
             def none_left() -> bool:
                 self._poll(time.time())
-                return all(j.ended is not None for j in self.jobs.values())
+                return all(j.state is State.ENDED for j in self.jobs.values())
 
             wait_until(none_left, GONE_TIMEOUT, interval=0.5)
-            still = [j.job_id for j in self.jobs.values() if j.ended is None]
+            still = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
         if still:
             self.warn(
                 f"worker job(s) {', '.join(still)} still listed by squeue "
@@ -769,30 +379,11 @@ class WorkerJobs:
         if not self.jobs:
             return None
         jobs = list(self.jobs.values())
-        # Ran: squeue saw it start, or its workers joined (a job can start and end between
-        # two looks at squeue).
-        ran = [j for j in jobs if j.started is not None or j.joined is not None]
-        node_seconds = sum(
-            ((j.ended or time.time()) - (j.started or j.joined or 0.0)) * max(1, len(j.nodes))
-            for j in ran
-        )
-        ends: dict[str, int] = {}
-        for j in jobs:
-            ends[j.end or "running"] = ends.get(j.end or "running", 0) + 1
-        how = ", ".join(f"{n} {what}" for what, n in sorted(ends.items()))
         first = (
             f"; first submitted {self.first_submission - self.first_backlog:.1f} s after "
             "jobs began to wait"
             if self.first_submission and self.first_backlog
             else ""
         )
-        landings = ""
-        if any(j.action is Action.LANDED for j in jobs):
-            landings = (
-                f"; {self.stopped_at_limit} job(s) stopped at a worker job's time limit (run "
-                f"again elsewhere), {self.moved_at_landing} moved unstarted off landing ones"
-            )
-        return (
-            f"worker jobs: {len(jobs)} submitted, {len(ran)} ran, for "
-            f"{math.ceil(node_seconds / 60)} node-minute(s) in all ({how}){first}{landings}"
-        )
+        landed = any(j.action is Action.LANDED for j in jobs)
+        return tally(jobs, time.time()) + first + (self.lander.summary() if landed else "")

@@ -1,7 +1,8 @@
 """A worker job lands: what becomes of the jobs on its workers (the dispatch side; when it
-lands, and its workers' leaving, are the worker-job pool's, :mod:`...clusters.worker_jobs.pool`).
+lands, and its workers' leaving, are the worker jobs' side,
+:mod:`...clusters.worker_jobs.landing`).
 
-At the worker job's landing point the pool has taken its workers out of Dask's running set
+At the worker job's landing point its workers have been taken out of Dask's running set
 (nothing new is placed there) and asks the scheduler which tasks they hold; then
 :meth:`WorkerJobLanding.land`:
 
