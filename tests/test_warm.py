@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.warm.tasks import PRIMING
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
 
 pytestmark = pytest.mark.e2e
@@ -107,7 +108,11 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     # the warm run went the warm way; the cold one says why it did not
     assert "went the cold way" not in said["warm"], said["warm"]
     assert "because the warm path is off (--dask-slurm-no-warm)" in said["cold"], said["cold"]
-    assert list((tmp_path / "warm/.snakemake/dask-slurm/logs").glob("warm-*.log"))
+    warm_logs = list((tmp_path / "warm/.snakemake/dask-slurm/logs").glob("warm-*.log"))
+    assert warm_logs
+    # every worker's warm process parsed the workflow at the worker's start, before the
+    # first warm job came (executor/run.py launch; warm/zygote.py prime)
+    assert all(log.read_text().count(PRIMING) == 1 for log in warm_logs), warm_logs
     # the group job's usage counts its run: member's 0.5 s of CPU, warm (the member is the
     # zygote's fork, not the group job's) as cold (its own Snakemake's child)
     for way in ("warm", "cold"):

@@ -17,7 +17,7 @@ import logging
 import os
 import socket
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -127,10 +127,11 @@ class ClusterSource(ABC):
     #: Its workers' ends (the time limit); None: no worker of it has a known end.
     clock: SourceClock | None = None
 
-    def launch(self) -> None:
+    def launch(self, worker_env: Mapping[str, str] | None = None) -> None:
         """Start the cluster's processes without waiting for them, so that their start
-        overlaps the rest of Snakemake's (:meth:`start` then waits for them). Nothing by
-        default: a source without processes of its own."""
+        overlaps the rest of Snakemake's (:meth:`start` then waits for them); the workers
+        with ``worker_env`` added to their environment. Nothing by default: a source
+        without processes of its own."""
         return None
 
     def preflight(self) -> None:

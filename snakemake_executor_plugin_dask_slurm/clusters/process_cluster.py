@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,11 +61,13 @@ class ProcessCluster(ClusterSource):
         self.teardown_seconds: float | None = None
         self.launched: float | None = None  # time.monotonic() of launch()
 
-    def launch(self) -> None:
+    def launch(self, worker_env: Mapping[str, str] | None = None) -> None:
         """Start the scheduler and the workers (the workers wait for the scheduler file
-        themselves), and return at once; once."""
+        themselves; ``worker_env`` added to theirs), and return at once; once."""
         if self.launched is not None:
             return
+        for worker in self.workers:
+            worker.env = {**(worker.env or {}), **(worker_env or {})}
         self.launched = time.monotonic()
         with contextlib.suppress(FileNotFoundError):
             self.scheduler_file.unlink()  # a stale file would look ready at once

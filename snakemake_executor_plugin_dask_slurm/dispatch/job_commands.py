@@ -25,7 +25,7 @@ import asyncio
 import os
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,10 @@ def general_argv(
     if isinstance(found, Unsplittable) or found.cd is not None:
         return (GENERAL_SHELL, "-c", command), env
     return (found.python, "-m", found.module, *found.argv), env + found.exports
+
+
+#: The key the job command built for :meth:`JobCommandBuilder.prime_request` carries.
+PRIME_KEY = "dask-slurm-prime"
 
 
 def warm_spec(
@@ -225,6 +229,35 @@ class JobCommandBuilder:
             cold=warm if isinstance(warm, str) else None, needs=needs,
         )  # fmt: skip
         return spec, "general"
+
+    def prime_request(self, jobs: Iterable[Any]) -> dict[str, Any] | None:
+        """A job command of this workflow that goes the warm way, for every worker's warm
+        process to parse at the worker's start (worker/warm_host.py ``WarmHost.prime``):
+        that of the first job in ``jobs`` that goes that way, one job looked at per rule
+        (group jobs are formed later, by Snakemake's scheduler); None if none does, or if
+        a job's command cannot be built yet (it then starts the warm process itself)."""
+        if not self.warm:
+            return None
+        seen: set[str] = set()
+        for job in jobs:
+            name = job.rule.name
+            if name in seen:
+                continue
+            seen.add(name)
+            if not self.direct_blockers(job):
+                continue  # goes the direct way: nothing to parse
+            try:
+                spec, way = self._draft(job, PRIME_KEY)
+            except Exception:
+                continue
+            warm = spec.warm
+            if way == "general" and warm is not None and not warm.group:
+                env = [[k, v] for k, v in (*spec.env, *warm.exports)]
+                return {
+                    "python": warm.python, "argv": list(warm.argv), "env": env,
+                    "cwd": spec.cwd, "log_dir": warm.log_dir,
+                }  # fmt: skip
+        return None
 
     def _warm(self, job: Any, command: str, found: JobCommand | Unsplittable) -> WarmSpec | str:
         """How the warm path runs this general-way job, or why it goes the cold way."""

@@ -12,12 +12,13 @@ are started, wired and closed by :class:`.run.Run`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shlex
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,13 @@ class Executor(RemoteExecutor):
             # Launched now, so that the Dask processes start while Snakemake finishes its
             # own start (and this process imports Dask for the preflight); the first job
             # waits for them. Snakemake calls shutdown() whenever it schedules; if it
-            # fails before that, the exit handler stops them.
-            self._launched = launch(self._pending_source, self.config)
+            # fails before that, the exit handler stops them. The workers' warm processes
+            # parse the workflow meanwhile, if a job of it goes the warm way.
+            try:
+                prime = self._builder.prime_request(jobs_to_look_at(self.workflow))
+            except Exception:  # the first warm job starts the warm process, as before
+                prime = None
+            self._launched = launch(self._pending_source, self.config, prime)
             atexit.register(self._close_unstarted)
         else:
             self._pending_source.preflight()
@@ -376,3 +382,12 @@ def has_jobs(workflow: Any) -> bool:
     is not a dry run."""
     dag = getattr(workflow, "dag", None)
     return dag is not None and bool(len(dag)) and not getattr(workflow, "dryrun", False)
+
+
+def jobs_to_look_at(workflow: Any) -> Iterator[Any]:
+    """Snakemake's jobs to run, the ready ones first, for the warm processes' early parse
+    (its DAG's public ``ready_jobs`` and ``needrun_jobs()``; nothing if they are not there)."""
+    dag: Any = getattr(workflow, "dag", None)
+    with contextlib.suppress(AttributeError, TypeError):
+        yield from dag.ready_jobs
+        yield from dag.needrun_jobs()

@@ -7,9 +7,10 @@ Snakemake's hooks; a new part of a run is wired here, not in the hooks.
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from ..dispatch.scheduling import Given
 from ..dispatch.usage_listener import usage_listener
 from ..report.hints import run_speed_hint
 from ..worker import timing
+from ..worker.warm_host import PRIME_VARIABLE
 from . import signals
 from .failures import Failures, Say
 
@@ -52,16 +54,32 @@ class Hooks:
     key_of: Callable[[Any], str]
 
 
-def launch(source: ClusterSource, config: RunConfig) -> RunFiles:
+#: In the run directory: the job command the workers' warm processes parse at their start.
+PRIME_FILE = "warm-prime.json"
+
+
+def launch(
+    source: ClusterSource, config: RunConfig, prime: Mapping[str, Any] | None = None
+) -> RunFiles:
     """Claim the run directory and launch ``source``'s processes, then check its commands
     (:meth:`~..clusters.base.ClusterSource.preflight`: in this process, it imports Dask's
     command line, which the launched processes import meanwhile); the run's files. Called
     at the executor's start when Snakemake has jobs to run, so that the cluster's start
     overlaps the rest of Snakemake's; :meth:`Run.start` then waits for it. If the check
-    fails, what was launched is stopped and the files released before the error goes on."""
+    fails, what was launched is stopped and the files released before the error goes on.
+
+    ``prime``: a job command of the workflow that goes the warm way
+    (:meth:`..dispatch.job_commands.JobCommandBuilder.prime_request`): written into the run
+    directory and named in the workers' environment, so that each worker starts its warm
+    process at once and has it parse the workflow before the first warm job arrives."""
     files = RunFiles.open(config.run_dir)  # one run's files at a time
     try:
-        source.launch()
+        worker_env = {}
+        if prime is not None:
+            path = config.run_dir / PRIME_FILE
+            path.write_text(json.dumps(prime))
+            worker_env[PRIME_VARIABLE] = str(path)
+        source.launch(worker_env)
         source.preflight()
     except BaseException:
         try:

@@ -155,7 +155,8 @@ class Server:
         selector.register(wake_r, selectors.EVENT_READ, "wake")
         inbox = Inbox()
         fds: list[int] = []
-        self._run(self.first)
+        if not self.first.get("prime"):  # (primed before its command's first job: none)
+            self._run(self.first)
         while True:
             self._reap()
             if self.retired and not self.children:

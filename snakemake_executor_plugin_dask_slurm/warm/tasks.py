@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Outbox, Run
+from ..worker.warm_protocol import Op, Outbox, Prime, Run
 from . import marker, snakemake_side
 from .member import close_fds
 
@@ -132,6 +132,21 @@ class Command:
                 f"the workflow's sources changed {self.stale} times during the run (last: "
                 f"{path}): each change costs a new parse"
             )
+
+
+#: The key of the request a server is forked with to prime it (no job's), and what the
+#: zygote's log says then.
+PRIME_KEY = "dask-slurm-prime"
+PRIMING = "parsing the workflow for a job command before its first job"
+
+
+def priming(request: Prime) -> Run:
+    """The request a primed server is forked with for ``request``: it parses the job
+    command's workflow and runs nothing (:attr:`~..worker.warm_protocol.Run.prime`)."""
+    return Run(
+        op=Op.RUN, key=PRIME_KEY, argv=request["argv"], env=request["env"],
+        cwd=request["cwd"], prime=True,
+    )  # fmt: skip
 
 
 def command_key(request: Run, nargs: dict[str, Any]) -> str:

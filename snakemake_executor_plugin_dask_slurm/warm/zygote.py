@@ -7,22 +7,21 @@ Usage (the worker starts it; :mod:`..worker.warm_host`)::
 
 where ``N`` is its end of a socketpair with the worker and ``DIR`` the working directory
 it was started in (only so that ``ps`` tells whose it is; its servers and job processes,
-being forks, show the same command line). It is single-threaded (checked
-before it says it is ready) and forks only servers; it never parses a workflow itself, so
-a server primed after the workflow's sources changed starts from a process that never saw
-the old ones (no module of the old parse in ``sys.modules``, no ``shell.prefix`` it set).
+being forks, show the same command line). It is single-threaded (checked before it says
+it is ready) and forks only servers; it never parses a workflow itself, so a server
+primed after the workflow's sources changed starts from a process that never saw the old
+ones (no module of the old parse in ``sys.modules``, no ``shell.prefix`` it set). A server
+can be primed before its command's first job (:meth:`Zygote.prime`: the run's start).
 
 Routing (:mod:`.tasks`): a job's key is its command's arguments without the per-job ones
 (:func:`.snakemake_side.general_argv`), its environment and its working directory. A key
-whose server said its workflow cannot go the warm way stays cold (the reason is sent
-with every job of it); a key whose sources changed more than :data:`.tasks.STALE_LIMIT`
-times stays cold too.
+whose server said its workflow cannot go the warm way stays cold (the reason is sent with
+every job of it); so does one whose sources changed over :data:`.tasks.STALE_LIMIT` times.
 
 Requests come from the worker, and from group jobs' processes for their ``run:`` and
 ``shadow:`` members (:mod:`.member`) and warm jobs' processes for their Python scripts
 (:mod:`.script`): those connect to the zygote's listening socket (:mod:`.listener`), send
-one request with their stdin, stdout and stderr attached, and get its messages back on
-the same connection.
+one request with their stdin, stdout and stderr attached, and get its messages back there.
 
 Its bookkeeping is in two tables, apart from its sockets and forks: its children (primed
 servers and scripts' processes) by pid, with one reaper (:mod:`.children`), and a record
@@ -52,7 +51,7 @@ from .context import ZygoteContext, listening_address
 from .listener import Connection, Listener
 from .primed import run_server, settle_threads
 from .sources import Recorder, own_roots
-from .tasks import Command, Tasks, command_key, why_cold
+from .tasks import PRIMING, Command, Tasks, command_key, priming, why_cold
 
 
 class Zygote:
@@ -97,6 +96,17 @@ class Zygote:
         server.sent.add(task)
         self.to_server(server, request)
 
+    def prime(self, request: protocol.Prime) -> None:
+        """Fork the primed server of a job command before its first job (the run knew it
+        at its start). Nothing is answered: a command that cannot go the warm way, or
+        whose server is there already, is left to its jobs."""
+        first = priming(request)
+        key = command_key(first, self.nargs) if why_cold(first, self.cwd) is None else ""
+        command = self.command(key)
+        if key and command.refused is None and self.children.server(command.server) is None:
+            print(f"dask-slurm warm path: {PRIMING}", file=sys.stderr, flush=True)
+            self.fork_server(key, first)
+
     def fork_server(self, key: str, first: protocol.Run) -> None:
         mine, theirs = socket.socketpair()
         task = str(first["key"])
@@ -107,7 +117,8 @@ class Zygote:
             run_server(theirs, first, self.context, self.recorder)
         theirs.close()
         server = Server(pid, mine, key)
-        server.sent.add(str(first["key"]))
+        if not first.get("prime"):
+            server.sent.add(task)
         self.children.add(server)
         self.command(key).server = pid
         self.selector.register(mine, selectors.EVENT_READ, server)
@@ -332,6 +343,8 @@ class Zygote:
         for msg in inbox.feed(data):
             if msg.get("op") == Op.RUN:
                 self.run(cast(protocol.Run, msg))
+            elif msg.get("op") == Op.PRIME:
+                self.prime(cast(protocol.Prime, msg))
             elif msg.get("op") == Op.PING:
                 self.outbox.send(protocol.Pong(op=Op.PONG, n=cast(protocol.Ping, msg)["n"]))
             elif msg.get("op") == Op.EXIT:

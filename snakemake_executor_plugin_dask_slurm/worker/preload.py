@@ -2,9 +2,11 @@
 
 Dask loads :mod:`.task` as every worker's ``--preload`` module (clusters/spec.py names it,
 ``TASK_MODULE``), which takes its ``dask_setup`` and ``dask_teardown`` from here:
-:func:`dask_setup` adopts the jobs' orphans (a child subreaper) and starts the
+:func:`dask_setup` adopts the jobs' orphans (a child subreaper), starts the
 housekeeping thread, which reports the jobs that started and ends the daemons of those
-that ended; :func:`dask_teardown` takes a closing worker's jobs with it.
+that ended, and, when the run named a job command for it (``warm_host.PRIME_VARIABLE``),
+starts the warm process at once to parse it (:func:`prime_warm`); :func:`dask_teardown`
+takes a closing worker's jobs with it.
 """
 
 from __future__ import annotations
@@ -101,6 +103,23 @@ def dask_setup(worker: Any) -> None:
         daemon=True,
     )
     thread.start()
+    prime = os.environ.pop(warm_host.PRIME_VARIABLE, None)  # the worker's, not its jobs'
+    if prime:
+        threading.Thread(
+            target=prime_warm, args=(prime,), name="dask-slurm-warm-prime", daemon=True
+        ).start()
+
+
+def prime_warm(path: str) -> bool:
+    """Start this worker's warm process and have it parse the job command in the JSON file
+    ``path`` (the run wrote it at its start: a job command of the workflow that goes the
+    warm way), so that the first warm job finds its workflow parsed. False when it could
+    not (an unreadable file: the first warm job starts the warm process as before)."""
+    try:
+        request = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return warm_host.HOST.prime(request)
 
 
 def dask_teardown(worker: Any) -> None:

@@ -33,8 +33,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 from .proctree import JOB_MARKER, describe_exit
 from .warm_protocol import (
@@ -48,6 +49,7 @@ from .warm_protocol import (
     Op,
     Outbox,
     Ping,
+    Prime,
     Received,
     Run,
     Started,
@@ -63,6 +65,9 @@ RESTART_LIMIT = 3
 #: Seconds a warm process may take to import Snakemake and say it is ready before it
 #: counts as hung (a loaded node imports slowly; after that, HANG_AFTER applies).
 START_LIMIT = 120.0
+#: In a worker's environment: a JSON file naming a job command for its warm process to
+#: parse at the worker's start (:meth:`WarmHost.prime`, written by the run's start).
+PRIME_VARIABLE = "DASK_SLURM_WARM_PRIME"
 
 
 class WarmLost(Exception):
@@ -341,6 +346,31 @@ class WarmHost:
         pending.event.wait()
         assert pending.result is not None
         return pending.result
+
+    def prime(self, request: Mapping[str, Any]) -> bool:
+        """Start the warm process now, and have it parse ``request``'s job command (its
+        ``python``, ``argv``, ``env``, ``cwd``, ``log_dir``: what a warm job's spec holds)
+        before the first warm job arrives; nothing waits for it. False if it did not (a
+        warm process there already, or none can start: the first warm job then says why)."""
+        with self._lock:
+            if self._zygote is not None or self._disabled is not None:
+                return False
+            log = os.path.join(
+                str(request["log_dir"]), f"warm-{socket.gethostname()}-{os.getpid()}.log"
+            )
+            try:
+                zygote = self._zygote = _Zygote(str(request["python"]), str(request["cwd"]), log)
+            except OSError:
+                return False
+        msg = Prime(
+            op=Op.PRIME,
+            argv=[str(a) for a in request["argv"]],
+            env=[(str(k), str(v)) for k, v in request["env"]],
+            cwd=str(request["cwd"]),
+        )
+        with contextlib.suppress(OSError):
+            zygote.outbox.send(msg)
+        return True
 
     def pids(self) -> set[int]:
         """The warm process: a child of this worker that is no job's."""

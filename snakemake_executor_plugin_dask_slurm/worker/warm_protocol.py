@@ -11,7 +11,8 @@ message one ``TypedDict`` below, which both sides import: they build messages wi
 read a message as it once its ``op`` is known (the wire is JSON: readers still read with
 ``.get`` what they do not rely on).
 
-- Worker -> warm process: :class:`Run` (one job), :class:`Exit` (the worker is closing),
+- Worker -> warm process: :class:`Run` (one job), :class:`Prime` (parse a job command
+  before its first job; nothing is answered), :class:`Exit` (the worker is closing),
   :class:`Ping` (answer :class:`Pong` with the same ``n``; see :func:`hang_bounds`).
 - Warm process -> worker: :class:`Ready` or :class:`Failed` (once, at start),
   :class:`Started` (the job's process runs, leading its own group), :class:`Exited` (it
@@ -56,6 +57,7 @@ class Op(StrEnum):
     SCRIPT = "script"  # a warm job's Python script: fork its process from the zygote
     UNSUPPORTED = "unsupported"  # a primed server cannot parse this job command
     STALE = "stale"  # a file the server's parse read has changed
+    PRIME = "prime"  # parse a job command now, before its first job (worker -> zygote)
 
 
 #: An environment as the wire carries it: (name, value) pairs.
@@ -84,6 +86,20 @@ class Run(TypedDict):
     fds: NotRequired[int]
     #: Added where it is received: those file descriptors.
     _fds: NotRequired[list[int]]
+    #: Set by the zygote on the request a server is forked with for a :class:`Prime`: the
+    #: server parses the workflow and runs nothing.
+    prime: NotRequired[bool]
+
+
+class Prime(TypedDict):
+    """Parse the job command ``argv`` (as in :class:`Run`) before its first job: the run
+    knows it at its start (executor/run.py), so the zygote forks its primed server at
+    once, and the command's first job finds the workflow parsed."""
+
+    op: Literal[Op.PRIME]
+    argv: Sequence[str]
+    env: Pairs
+    cwd: str
 
 
 class RunScript(TypedDict):
@@ -172,7 +188,7 @@ class Unsupported(TypedDict):
 #: Any message of the protocol.
 Message = (
     Run | RunScript | Exit | Ping | Pong | Ready | Failed | Started | Exited | Cold | Lost
-    | Retire | Stale | Unsupported
+    | Retire | Stale | Unsupported | Prime
 )  # fmt: skip
 #: The warm side's messages about one job (each carries its key).
 JobMessage = Started | Exited | Cold | Lost

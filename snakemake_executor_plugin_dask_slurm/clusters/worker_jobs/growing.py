@@ -26,7 +26,7 @@ What the pool changes about the source:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,8 +65,8 @@ class GrowingCluster(ClusterSource):
     def teardown_seconds(self) -> float | None:
         return getattr(self.inner, "teardown_seconds", None)
 
-    def launch(self) -> None:
-        self.inner.launch()
+    def launch(self, worker_env: Mapping[str, str] | None = None) -> None:
+        self.inner.launch(worker_env)
 
     def preflight(self) -> None:
         self.inner.preflight()
