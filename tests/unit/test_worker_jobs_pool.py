@@ -6,6 +6,7 @@ tests/test_slurm_growth.py's."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,8 +15,9 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.clusters.recipe import WorkerRecipe
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import pool as pool_module
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.growing import PoolGrowth
-from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End, State
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     GROW_AFTER,
     POLL_SECONDS,
@@ -212,6 +214,30 @@ def test_close_cancels_every_live_job_once_and_waits_until_none_is_listed(
     assert {j.action for j in pool.jobs.jobs.values()} == {Action.STOPPED}
     assert all(j.ended is not None for j in pool.jobs.jobs.values())
     assert pool.warned == []
+
+
+@pytest.mark.parametrize("ends_by_itself", [True, False], ids=["ends", "stays"])
+def test_at_close_a_job_whose_workers_joined_may_end_before_it_is_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ends_by_itself: bool
+) -> None:
+    """Its workers left with the run's close: it gets ENDING_GRACE to end by itself (a
+    scancel meanwhile would write CANCELLED in its log); the queued one is cancelled at once,
+    and one still listed after the grace is cancelled."""
+    monkeypatch.setattr(pool_module, "ENDING_GRACE", 0.6)
+    pool = Pool(tmp_path)
+    pool.scheduler.waiting_cpus = 8.0
+    pool.tick(0)
+    pool.tick(GROW_AFTER)
+    pool.slurm.start("100", "n1")
+    pool.scheduler.workers = {"j100-n1": 1}
+    pool.tick(GROW_AFTER + POLL_SECONDS + 1)
+    assert pool.jobs.jobs["100"].state is not State.PENDING
+    if ends_by_itself:
+        threading.Timer(0.2, pool.slurm.end, ("100",)).start()
+    pool.jobs.close()
+    cancelled = [["scancel", "101"]] + ([] if ends_by_itself else [["scancel", "100"]])
+    assert pool.slurm.commands("scancel") == cancelled
+    assert all(j.state is State.ENDED for j in pool.jobs.jobs.values()) and pool.warned == []
 
 
 def test_a_job_failing_as_its_worker_job_ends_is_seen_as_lost(tmp_path: Path) -> None:

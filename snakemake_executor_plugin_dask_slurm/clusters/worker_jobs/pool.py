@@ -53,6 +53,9 @@ RPC_TIMEOUT = 5.0
 RETIRE_GRACE = 30.0
 #: Seconds close() waits for squeue to list no worker job any more.
 GONE_TIMEOUT = 20.0
+#: Seconds a worker job whose workers left with the run's close gets to end by itself
+#: before it is cancelled (its batch script returns at once: see WorkerJobs.close).
+ENDING_GRACE = 3.0
 
 
 class WorkerJobs:
@@ -347,23 +350,36 @@ class WorkerJobs:
             self._thread.join(timeout=RPC_TIMEOUT + SLURM_TIMEOUT)
 
     def close(self) -> None:
-        """Cancel every worker job still queued or running (one scancel), and check that
-        squeue lists none any more."""
+        """Cancel every worker job still queued (one scancel); give those whose workers
+        joined ENDING_GRACE to end by themselves (their workers left with the run's close,
+        and their batch script then returns: cancelled meanwhile, SLURM writes CANCELLED
+        in their log, a worker job's end that looks like a failure), then cancel what is
+        left; and check that squeue lists none any more."""
         self.stop()
         with self._lock:
             left = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
             if not left:
                 return
+            joined = [j for j in left if self.jobs[j].state is not State.PENDING]
             now = time.time()
             for job_id in left:
                 job = self.jobs[job_id]
                 if job.state in LIVE:
                     job.let_go(Action.STOPPED, now)
-            self.provider.cancel(left)
 
-            def none_left() -> bool:
-                self._poll(time.time())
-                return all(j.state is State.ENDED for j in self.jobs.values())
+            def ended(jobs: list[str]) -> Callable[[], bool]:
+                def check() -> bool:
+                    self._poll(time.time())
+                    return all(self.jobs[j].state is State.ENDED for j in jobs)
+
+                return check
+
+            queued = [j for j in left if j not in joined]
+            if queued:
+                self.provider.cancel(queued)
+            if joined and not wait_until(ended(joined), ENDING_GRACE, interval=0.5):
+                self.provider.cancel([j for j in joined if self.jobs[j].state is not State.ENDED])
+            none_left = ended(list(self.jobs))
 
             wait_until(none_left, GONE_TIMEOUT, interval=0.5)
             still = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
