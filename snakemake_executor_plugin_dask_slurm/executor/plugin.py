@@ -43,7 +43,7 @@ from ..report.usage.write import root_problem
 from ..worker import timing
 from . import signals
 from .failures import Failures, Say
-from .run import Hooks, Run, launch
+from .run import Hooks, Run, launch, stop
 from .wakeup import Wakeup
 
 #: Fallback interval of the status loop; completions wake it at once.
@@ -367,13 +367,8 @@ class Executor(RemoteExecutor):
         atexit.unregister(self._close_unstarted)
         source, files = self._pending_source, self._launched
         self._pending_source, self._launched = None, None
-        if files is None:
-            return
-        try:
-            if source is not None:
-                source.close()
-        finally:
-            files.close()
+        if files is not None and source is not None:
+            stop(source, files)
 
 
 def has_jobs(workflow: Any) -> bool:

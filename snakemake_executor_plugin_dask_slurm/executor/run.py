@@ -82,12 +82,17 @@ def launch(
         source.launch(worker_env)
         source.preflight()
     except BaseException:
-        try:
-            source.close()
-        finally:
-            files.close()
+        stop(source, files)
         raise
     return files
+
+
+def stop(source: ClusterSource, files: RunFiles) -> None:
+    """Stop what ``source`` started and release the run's files (a start that failed)."""
+    try:
+        source.close()
+    finally:
+        files.close()
 
 
 @dataclass
@@ -144,10 +149,7 @@ class Run:
             listeners.append(ColdWays(say.info))
             dispatcher = Dispatcher(client, hooks.wake, hooks.on_removed, listeners)
         except BaseException:
-            try:
-                source.close()
-            finally:
-                files.close()
+            stop(source, files)
             raise
         if timing.ON:
             timing.record("ready", time.time(), cpus)
