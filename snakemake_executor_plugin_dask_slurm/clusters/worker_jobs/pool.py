@@ -362,26 +362,13 @@ class WorkerJobs:
                 return
             joined = [j for j in left if self.jobs[j].state is not State.PENDING]
             now = time.time()
-            for job_id in left:
-                job = self.jobs[job_id]
-                if job.state in LIVE:
-                    job.let_go(Action.STOPPED, now)
-
-            def ended(jobs: list[str]) -> Callable[[], bool]:
-                def check() -> bool:
-                    self._poll(time.time())
-                    return all(self.jobs[j].state is State.ENDED for j in jobs)
-
-                return check
-
-            queued = [j for j in left if j not in joined]
-            if queued:
+            for job in (self.jobs[j] for j in left if self.jobs[j].state in LIVE):
+                job.let_go(Action.STOPPED, now)
+            if queued := [j for j in left if j not in joined]:
                 self.provider.cancel(queued)
-            if joined and not wait_until(ended(joined), ENDING_GRACE, interval=0.5):
+            if joined and not wait_until(lambda: self._ended(joined), ENDING_GRACE, 0.5):
                 self.provider.cancel([j for j in joined if self.jobs[j].state is not State.ENDED])
-            none_left = ended(list(self.jobs))
-
-            wait_until(none_left, GONE_TIMEOUT, interval=0.5)
+            wait_until(lambda: self._ended(list(self.jobs)), GONE_TIMEOUT, interval=0.5)
             still = [j.job_id for j in self.jobs.values() if j.state is not State.ENDED]
         if still:
             self.warn(
@@ -389,6 +376,11 @@ class WorkerJobs:
                 f"{GONE_TIMEOUT:.0f} s after scancel; check with 'squeue --jobs="
                 f"{','.join(still)}' and cancel them with 'scancel {' '.join(still)}'"
             )
+
+    def _ended(self, jobs: list[str]) -> bool:
+        """Whether squeue, asked now, lists none of ``jobs`` any more."""
+        self._poll(time.time())
+        return all(self.jobs[j].state is State.ENDED for j in jobs)
 
     def summary(self) -> str | None:
         """One line for the end of the run: how many, for how long."""
