@@ -49,13 +49,14 @@ class LandingWatch:
 
     def __init__(
         self,
-        clock: AllocationEnd | None,
+        end: AllocationEnd | None,
         refresh: Callable[[], float | None] | None,
         land: Callable[[str], None],
         hard_stop: Callable[[str], None],
         margin: float,
     ):
-        self.clock = clock
+        #: The allocation's end as known now (scontrol refreshes it).
+        self.end = end
         self._refresh = refresh
         self._land = land
         self._hard_stop = hard_stop
@@ -83,7 +84,7 @@ class LandingWatch:
         next_refresh = time.time() + REFRESH_SECONDS
         while not self._closed:
             now = time.time()
-            clock = self.clock
+            clock = self.end
             if self.landed_for is None:
                 why = self._requested
                 if why is None and clock is not None and now >= clock.landing_at:
@@ -99,12 +100,12 @@ class LandingWatch:
                 next_refresh = now + REFRESH_SECONDS
                 left = self._refresh()
                 if left is not None:
-                    self.clock = dataclasses.replace(clock, end=now + left)
+                    self.end = dataclasses.replace(clock, end=now + left)
             wakes = [next_refresh]
             if self._hard_stop_at is not None:
                 wakes.append(self._hard_stop_at)
-            elif self.clock is not None:
-                wakes.append(self.clock.landing_at)
+            elif self.end is not None:
+                wakes.append(self.end.landing_at)
             self._event.wait(max(0.05, min(wakes) - time.time()))
             self._event.clear()
 
@@ -220,7 +221,7 @@ class AllocationClock(JobListener):
     def check(self, job: Any, key: str) -> tuple[str | None, float | None]:
         """``(why it may not start, or None; its expected duration)``; a rule's second and
         later refusals are quiet (its first said why)."""
-        clock = self.watch.clock
+        clock = self.watch.end
         if clock is None:
             return None, None
         expected = expected_duration(job.name, job.resources, self.durations)
@@ -266,7 +267,7 @@ class AllocationClock(JobListener):
         at once (it goes back to Snakemake, quietly, as not run); of the started jobs,
         those expected to end before the hard stop go on, the others are stopped now. The
         run ends as soon as the started jobs that go on are done."""
-        clock, now = self.watch.clock, time.time()
+        clock, now = self.watch.end, time.time()
         ends = f"; the allocation ends in {duration_text(clock.end - now)}" if clock else ""
         landing = "landing before the allocation's time limit" if clock else "landing"
         keys = self._registry.begin_stop(f"the run is {landing} ({why}{ends})")
@@ -324,7 +325,7 @@ class AllocationClock(JobListener):
             parts.append(f"{self.too_long} not started (they could not finish in time)")
         if self.watch.landed_for is None:
             how = "ran up to the allocation's time limit"
-        elif self.watch.clock is None:
+        elif self.watch.end is None:
             how = f"landed ({self.watch.landed_for})"
         else:
             how = "landed before the allocation's time limit"

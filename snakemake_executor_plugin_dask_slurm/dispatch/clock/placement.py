@@ -63,7 +63,7 @@ class Placement(JobListener):
     ) -> Placement | None:
         """None when no worker of the run has a known time limit: then nothing is checked
         (the run's clock, if any, can still land it on SIGUSR1)."""
-        if runway is None and (clock is None or clock.watch.clock is None):
+        if runway is None and (clock is None or clock.watch.end is None):
             return None
         return cls(clock, runway, quiet)
 
@@ -72,7 +72,7 @@ class Placement(JobListener):
     def check(self, job: Any, key: str) -> tuple[str | None, float | None]:
         """``(why it may not start, or None; its expected duration)``."""
         clock = self.clock
-        if clock is not None and clock.watch.clock is not None:
+        if clock is not None and clock.watch.end is not None:
             why, seconds = clock.check(job, key)
             if why is not None:
                 return why, seconds
@@ -124,7 +124,7 @@ class Placement(JobListener):
             if record.stopped_at_limit
             else "what it is expected to take"
         )
-        end = self.clock.watch.clock if self.clock is not None else None
+        end = self.clock.watch.end if self.clock is not None else None
         if end is not None and not fits(expected, now, end.landing_at, end.safety):
             assert self.clock is not None
             return self.clock.refusal(record.job, record.key, Expected(expected, source), now, end)
@@ -153,5 +153,5 @@ class Placement(JobListener):
 
 
 def _clock_safety(clock: AllocationClock | None) -> float:
-    end = clock.watch.clock if clock is not None else None
+    end = clock.watch.end if clock is not None else None
     return end.safety if end is not None else 0.0
