@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.report.messages import QUOTE
+from snakemake_executor_plugin_dask_slurm.warm.tasks import PRIMING
 from tests.conftest import VENV_BIN, Workflow, live_processes, wait_until_gone
 
 pytestmark = pytest.mark.e2e
@@ -78,6 +79,9 @@ def test_a_failure_ends_the_run_promptly_and_is_reported_once(
             assert (run_dir / "out/good1.txt").exists(), f"run {attempt}: {run}"
         left = wait_until_gone(workflow.token, str(run_dir), timeout=5)
         assert not left, f"run {attempt} left processes running: {left}"
+        if target == "plain_group":  # a workflow of group jobs only: primed all the same
+            logs = (run_dir / ".snakemake/dask-slurm/logs").glob("warm-*.log")
+            assert [log.read_text().count(PRIMING) for log in logs] == [1], run.output
         print(f"{target} keep_going={keep_going} run {attempt}: {took:.1f} s")
 
 

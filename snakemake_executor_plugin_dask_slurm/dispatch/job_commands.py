@@ -210,6 +210,10 @@ class JobCommandBuilder:
             spec = self._direct(job, key, needs)
             if spec is not None:
                 return spec, "direct"
+        return self._general(job, key, needs), "general"
+
+    def _general(self, job: Any, key: str, needs: float | None = None) -> TaskSpec:
+        """The general way's spec: Snakemake's job command, warm or cold."""
         changed = target_spec_survives(job)
         if changed:
             raise ValueError(
@@ -223,35 +227,39 @@ class JobCommandBuilder:
         found = parsed(command)
         argv, env = general_argv(command, self._base_env, found)
         warm = self._warm(job, command, found)
-        spec = TaskSpec(
+        return TaskSpec(
             key, argv, self.workdir, env, self.log_path(job), None, job.priority,
             warm=warm if isinstance(warm, WarmSpec) else None,
             cold=warm if isinstance(warm, str) else None, needs=needs,
         )  # fmt: skip
-        return spec, "general"
 
     def prime_request(self, jobs: Iterable[Any]) -> dict[str, Any] | None:
         """A job command of this workflow that goes the warm way, for every worker's warm
         process to parse at the worker's start (worker/warm_host.py ``WarmHost.prime``):
-        that of the first job in ``jobs`` that goes that way, one job looked at per rule
-        (group jobs are formed later, by Snakemake's scheduler); None if none does, or if
-        a job's command cannot be built yet (it then starts the warm process itself)."""
+        that of the first job in ``jobs`` that goes that way, one job looked at per rule;
+        None if none does, or if a job's command cannot be built yet (it then starts the
+        warm process itself). A job of a group (Snakemake's scheduler forms the group jobs
+        later) counts by its own job command: the group's differs only in what each job's
+        command has of its own (:func:`..warm.snakemake_side.general_argv`), so its first
+        group job finds the same parse."""
         if not self.warm:
             return None
         seen: set[str] = set()
         for job in jobs:
+            if job.is_group():  # (a group of ready jobs: its jobs come as needrun jobs)
+                continue
             name = job.rule.name
             if name in seen:
                 continue
             seen.add(name)
-            if not self.direct_blockers(job):
+            if job.group is None and not self.direct_blockers(job):
                 continue  # goes the direct way: nothing to parse
             try:
-                spec, way = self._draft(job, PRIME_KEY)
+                spec = self._general(job, PRIME_KEY)
             except Exception:
                 continue
             warm = spec.warm
-            if way == "general" and warm is not None and not warm.group:
+            if warm is not None:
                 env = [[k, v] for k, v in (*spec.env, *warm.exports)]
                 return {
                     "python": warm.python, "argv": list(warm.argv), "env": env,
