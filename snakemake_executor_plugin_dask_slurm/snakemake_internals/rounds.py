@@ -94,11 +94,6 @@ class Rounds:
             self.acquired += 1
             return True
 
-    __enter__ = acquire
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
 
 def coalesce(scheduler: Any) -> Rounds:
     """Put a :class:`Rounds` in place of ``scheduler._open_jobs`` (once), keeping its

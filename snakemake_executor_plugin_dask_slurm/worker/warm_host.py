@@ -303,6 +303,11 @@ class _Zygote:
             self.sock.shutdown(socket.SHUT_RDWR)
 
 
+def warm_log(log_dir: str) -> str:
+    """This worker's warm process's log in ``log_dir``."""
+    return os.path.join(log_dir, f"warm-{socket.gethostname()}-{os.getpid()}.log")
+
+
 class WarmHost:
     """This worker's warm process: started at the first warm job, again after it died."""
 
@@ -334,9 +339,8 @@ class WarmHost:
             if self._disabled is not None:
                 return self._disabled
             if zygote is None:
-                log = os.path.join(warm.log_dir, f"warm-{socket.gethostname()}-{os.getpid()}.log")
                 try:
-                    zygote = self._zygote = _Zygote(warm.python, spec.cwd, log)
+                    zygote = self._zygote = _Zygote(warm.python, spec.cwd, warm_log(warm.log_dir))
                 except OSError as e:
                     self._disabled = f"the warm process could not be started: {e}"
                     return self._disabled
@@ -355,9 +359,7 @@ class WarmHost:
         with self._lock:
             if self._zygote is not None or self._disabled is not None:
                 return False
-            log = os.path.join(
-                str(request["log_dir"]), f"warm-{socket.gethostname()}-{os.getpid()}.log"
-            )
+            log = warm_log(str(request["log_dir"]))
             try:
                 zygote = self._zygote = _Zygote(str(request["python"]), str(request["cwd"]), log)
             except OSError:
