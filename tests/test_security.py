@@ -122,11 +122,20 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
         # Set up at the first visit (worker/scheduler_preload.py), not at the start.
         scheduler_log = workflow.path / ".snakemake/dask-slurm/logs/scheduler.log"
         assert "dashboard pages set up" not in scheduler_log.read_text()
+        # The scheduler and the worker run without NumPy (worker/dask_main.py) until
+        # the dashboard's pages need it.
+        dask = {kind: pid for pid, cmd in live_processes(workflow.token, str(tmp_path))
+                for kind in ("dask_scheduler", "dask_worker")
+                if f"distributed.cli.{kind}" in cmd and "intruder" not in cmd}  # fmt: skip
+        assert set(dask) == {"dask_scheduler", "dask_worker"}, dask
+        assert {kind: maps_numpy(pid) for kind, pid in dask.items()} == {
+            "dask_scheduler": False, "dask_worker": False}  # fmt: skip
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as page:
             body = page.read().decode()
         assert page.status == 200 and "bokeh" in body.lower(), body[:500]
         assert "dashboard pages set up" in scheduler_log.read_text()
         assert "needs bokeh" not in body.lower()
+        assert maps_numpy(dask["dask_scheduler"]), "the dashboard's Bokeh imported NumPy"
         for pid, cmd in live_processes(workflow.token, str(tmp_path)):
             if "distributed.cli.dask_" in cmd and "intruder" not in cmd:
                 assert all(ip == "127.0.0.1" for ip, _ in listening(pid)), (cmd, listening(pid))
@@ -139,6 +148,11 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
     assert code == 0, out.read_text()
     check_outputs(workflow.path, COUNT, STEPS)
     assert credential_dirs(workflow.path) == []
+
+
+def maps_numpy(pid: int) -> bool:
+    """Whether process ``pid`` has imported NumPy (its compiled core is mapped)."""
+    return "_multiarray_umath" in Path(f"/proc/{pid}/maps").read_text()
 
 
 @pytest.mark.workflow("appenders")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..worker import SUPERVISOR_MODULE
+from ..worker import DASK_MAIN_MODULE, SUPERVISOR_MODULE
 
 SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
 WORKER_MODULE = "distributed.cli.dask_worker"
@@ -91,7 +91,7 @@ def _option(flag: str, value: str | None) -> list[str]:
 
 
 def scheduler_command(python: str, opts: SchedulerOptions) -> list[str]:
-    """``python -m distributed.cli.dask_scheduler ...`` for this run's scheduler."""
+    """``python -m ...dask_main distributed.cli.dask_scheduler ...`` for this run's scheduler."""
     if opts.host is not None and opts.interface is not None:
         # Dask itself refuses both ("Can not specify both interface and host").
         raise ValueError(
@@ -106,6 +106,7 @@ def scheduler_command(python: str, opts: SchedulerOptions) -> list[str]:
     return [
         python,
         "-m",
+        DASK_MAIN_MODULE,  # Dask's command, as with -m, without NumPy (worker/dask_main.py)
         SCHEDULER_MODULE,
         "--scheduler-file",
         opts.scheduler_file,

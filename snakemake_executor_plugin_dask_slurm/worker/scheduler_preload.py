@@ -45,7 +45,7 @@ import os
 import time
 from typing import Any
 
-from . import quick_exit
+from . import dask_main, quick_exit
 from .clock import RUNWAY_PREFIX, point_of
 
 #: Set (to anything) in the scheduler's environment: set up the dashboard's pages at their
@@ -213,6 +213,7 @@ def connect_dashboard(scheduler: Any) -> bool:
 
     log = logging.getLogger("distributed.scheduler")  # the scheduler's log, formatted
     began = time.monotonic()
+    dask_main.allow_numpy()  # Bokeh's plots need it; the scheduler started without it
     try:
         import distributed.dashboard.scheduler as dashboard
 

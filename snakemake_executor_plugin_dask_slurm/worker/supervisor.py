@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import proctree
+from . import DASK_MAIN_MODULE, proctree
 from .environment import job_environment
 from .waiting import wait_until
 
@@ -143,7 +143,10 @@ class Supervisor:
         self.worker: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", WORKER_MODULE, "--name", self.name, *self.opts.worker_args]
+        return [
+            sys.executable, "-m", DASK_MAIN_MODULE, WORKER_MODULE,
+            "--name", self.name, *self.opts.worker_args,
+        ]  # fmt: skip
 
     def on_signal(self, signum: int, frame: object) -> None:
         # The worker gets the same signal (its process group, or SLURM's step signal);

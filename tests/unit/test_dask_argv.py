@@ -16,7 +16,9 @@ from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
 )
 
 PY = "/venv/bin/python"
-SCHED = [PY, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s.json"]
+#: Dask's commands run through the plugin's entry without NumPy (worker/dask_main.py).
+DASK_MAIN = "snakemake_executor_plugin_dask_slurm.worker.dask_main"
+SCHED = [PY, "-m", DASK_MAIN, "distributed.cli.dask_scheduler", "--scheduler-file", "/run/s.json"]
 
 
 @pytest.mark.parametrize(

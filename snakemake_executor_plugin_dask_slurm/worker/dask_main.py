@@ -1,0 +1,63 @@
+"""``python -m <this module> <Dask's command module> <its arguments>``: run ``dask scheduler``
+or ``dask worker`` exactly as ``python -m <module> <arguments>`` would, in a process that does
+without NumPy.
+
+Importing distributed imports NumPy when it is installed (``distributed.protocol.utils``
+allocates its receive buffers with it), and NumPy's import is about 0.2 CPU-s of the 0.6
+that a Dask process spends before it does anything (docs/benchmarks.md, issue 32): a fifth
+of what every run costs the plugin besides its jobs, paid by the scheduler and by every
+worker. Neither needs it: they move the plugin's small messages, never arrays, and NumPy is
+optional to dask and distributed alike (``import numpy`` raising ImportError is the
+configuration they fall back to: a ``bytearray`` per buffer). The jobs are not touched:
+each is a process of its own, started with ``exec``, which imports what it likes.
+
+The dashboard's pages need NumPy (through Bokeh): :func:`allow_numpy` lifts the block
+before the scheduler's preload sets them up at their first visit. Set
+``DASK_SLURM_DASK_NUMPY=1`` to leave NumPy importable from the start (for a Dask preload or
+plugin of your own that needs it).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from collections.abc import Sequence
+
+from . import DASK_MAIN_MODULE
+
+#: Set to 1 (in the environment of the run): the scheduler and workers may import NumPy.
+NUMPY_VARIABLE = "DASK_SLURM_DASK_NUMPY"
+BLOCKED = ("numpy",)
+
+
+def block_numpy(env: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+    """Make ``import numpy`` raise ImportError in this process, as if NumPy were not
+    installed (a ``None`` in ``sys.modules``); not when NumPy is imported already or
+    ``DASK_SLURM_DASK_NUMPY=1``. True if it was blocked."""
+    if env.get(NUMPY_VARIABLE) == "1" or any(name in sys.modules for name in BLOCKED):
+        return False
+    for name in BLOCKED:
+        sys.modules[name] = None  # type: ignore[assignment]
+    return True
+
+
+def allow_numpy() -> None:
+    """Undo :func:`block_numpy` (NumPy is imported afresh by its next importer)."""
+    for name in BLOCKED:
+        if name in sys.modules and sys.modules[name] is None:
+            del sys.modules[name]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0].startswith("-"):
+        sys.exit(f"usage: python -m {DASK_MAIN_MODULE} MODULE [ARGS...]")
+    module, rest = args[0], args[1:]
+    block_numpy()
+    sys.argv = [sys.argv[0], *rest]  # run_module sets argv[0] to the module's file, as -m does
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()
