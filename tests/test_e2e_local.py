@@ -78,6 +78,10 @@ def test_every_rule_kind_direct_way(workflow: Workflow) -> None:
     assert not job_log_path(workflow, "tmpdir_plain").exists()
     assert "Building DAG" in job_log(workflow, "tmpdir_callable")  # evaluated by the job
     assert "dask-slurm: local (no SLURM allocation" in run.output
+    # A run that went well leaves no traceback in the scheduler's log (its close used to
+    # log a CRITICAL one: its last event sent to the closing client).
+    scheduler_log = (workflow.path / ".snakemake/dask-slurm/logs/scheduler.log").read_text()
+    assert "Traceback" not in scheduler_log and "CRITICAL" not in scheduler_log, scheduler_log
 
 
 @pytest.mark.workflow("features")

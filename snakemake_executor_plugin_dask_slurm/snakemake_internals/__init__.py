@@ -13,7 +13,8 @@ Snakemake's own functions.
   while a round's whole subsample fits.
 - :mod:`.greedy` — the greedy job selector: one pass in reward order per round, not one
   per job it selects.
-- :mod:`.jobs` — ``Job.prepare``: a job with N inputs prepared in time linear in N.
+- :mod:`.jobs` — ``Job.prepare``: a job with N inputs prepared in time linear in N;
+  ``Job.log_info``: the job's shell command formatted once for its info record.
 - :mod:`.shell` — ``snakemake.shell``: its wrapper (executable, prefix, suffix), its
   ``subprocess`` swapped for a warm script's, its ``kill`` made to remember kills.
 - :mod:`.script` — ``PythonScript.execute_script``: a warm job's Python script forked

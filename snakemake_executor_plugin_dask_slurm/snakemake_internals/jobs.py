@@ -20,6 +20,16 @@ walk reads, and dropped when ``prepare()`` returns; ``prepare()`` asks all its q
 in one set comprehension with no ``await`` in it, so nothing can change the dependencies
 between the map and the answers. Every other caller, and every other job, gets Snakemake's
 own function.
+
+And the job's shell command formatted once per info record: ``Job.log_info`` (run for every
+job at its submission, ``run_job_pre``) reads the ``Job.shellcmd`` property three times,
+and each read formats the rule's command afresh (``format_wildcards``: a copy of the
+workflow's globals, the job's namespace, ``str.format``): about 0.07 ms each, 0.2 ms of the
+4 ms of Snakemake's own CPU a thin job costs (docs/benchmarks.md, issue 31). For the
+duration of one job's ``log_info``, its ``shellcmd`` is formatted at the first read and the
+same string answers the other two; ``log_info`` changes nothing the command is formatted
+from between them (it builds two log records). Every other read, and every other job's,
+formats as Snakemake does.
 """
 
 from __future__ import annotations
@@ -123,4 +133,74 @@ PREPARE_INPUTS = Touch(
     fingerprint="340e8ab412459d356eb375accd4a7f5e8b72eb24366731f7c85ad52aeacf17cb",
     apply=apply,
 )
-TOUCHES = (PREPARE_INPUTS,)
+
+
+def shellcmd_targets() -> list[Callable[..., Any]]:
+    from snakemake.jobs import Job
+
+    return [Job.log_info, Job.shellcmd.fget]
+
+
+class ShellcmdOnce:
+    """``Job.shellcmd`` of one job, formatted at the first read."""
+
+    __slots__ = ("_value", "job")
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self._value: Any = _NOT_BUILT
+
+    def get(self, shellcmd: Callable[[Any], Any]) -> Any:
+        if self._value is _NOT_BUILT:  # an exception leaves it unbuilt: raised at each read
+            self._value = shellcmd(self.job)
+        return self._value
+
+
+_logging: ContextVar[ShellcmdOnce | None] = ContextVar("dask_slurm_log_info", default=None)
+
+
+def shellcmd_replacements(log_info: Any, shellcmd: Any) -> tuple[Any, Any]:
+    """Job.log_info and Job.shellcmd's getter as installed, around Snakemake's own."""
+
+    @functools.wraps(log_info)
+    def log_info_formatting_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        token = _logging.set(ShellcmdOnce(self))
+        try:
+            return log_info(self, *args, **kwargs)
+        finally:
+            _logging.reset(token)
+
+    @functools.wraps(shellcmd)
+    def shellcmd_once_while_logging(self: Any) -> Any:
+        once = _logging.get()
+        if once is None or once.job is not self:
+            return shellcmd(self)
+        return once.get(shellcmd)
+
+    return (
+        mark(log_info_formatting_once, log_info),
+        mark(shellcmd_once_while_logging, shellcmd),
+    )
+
+
+def apply_shellcmd_once() -> None:
+    from snakemake.jobs import Job
+
+    log_info, shellcmd = shellcmd_replacements(Job.log_info, Job.shellcmd.fget)
+    Job.log_info = log_info
+    Job.shellcmd = property(shellcmd, doc=Job.shellcmd.__doc__)
+
+
+#: Relies on both functions whole: log_info's reads and what lies between them, and the
+#: property's getter.
+SHELLCMD_ONCE = Touch(
+    name="shellcmd_once",
+    kind="fix",
+    what="Job.log_info and Job.shellcmd (snakemake/jobs.py)",
+    written_for="9.27.1",
+    without="each job's shell command is formatted three times for its info record",
+    found=lambda: digest(shellcmd_targets()),
+    fingerprint="500cad935f1d283e75a5ec2960e0bc816f388ed468377f018fb4993f9de2adca",
+    apply=apply_shellcmd_once,
+)
+TOUCHES = (PREPARE_INPUTS, SHELLCMD_ONCE)

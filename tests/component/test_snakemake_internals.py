@@ -14,6 +14,7 @@ the attributes Snakemake's function reads (``job.dag.dependencies[job]``,
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,6 +248,114 @@ def test_outside_prepare_and_for_other_jobs_snakemakes_function_answers() -> Non
     assert len(calls) == 2 and calls[1][1] == "b"  # the other job's question: Snakemake's
 
 
+class Records(logging.Handler):
+    """Every record Snakemake's logger emits, with its message and extras as plain data."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.seen: list[tuple[str, dict[str, str]]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        extras = {k: repr(v) for k, v in vars(record).items() if k not in PLAIN_RECORD}
+        self.seen.append((record.getMessage(), extras))
+
+
+PLAIN_RECORD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def logged_alike(jobs: list[Any], monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each job's ``log_info`` records with Snakemake's functions and with the fix, checked
+    equal; how often each formatted its command (Snakemake's, the fix's)."""
+    from snakemake.logging import logger
+
+    log_info = fingerprint.original(Job.log_info)
+    shellcmd = fingerprint.original(Job.shellcmd.fget)
+    formats: list[int] = []
+    real_format = Job.format_wildcards
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        formats[-1] += 1
+        return real_format(self, *args, **kwargs)
+
+    monkeypatch.setattr(Job, "format_wildcards", counting)
+    fixed = prepare_inputs.shellcmd_replacements(log_info, shellcmd)
+    for job in jobs:
+        records = []
+        for info, getter in ((log_info, shellcmd), fixed):
+            monkeypatch.setattr(Job, "log_info", info)
+            monkeypatch.setattr(Job, "shellcmd", property(getter))
+            handler = Records()
+            logger.addHandler(handler)
+            formats.append(0)
+            try:
+                job.log_info()
+            finally:
+                logger.removeHandler(handler)
+            records.append(handler.seen)
+        assert records[0] == records[1] and records[0], job
+    return formats
+
+
+def test_a_jobs_info_record_is_the_same_with_its_command_formatted_once(
+    dag_of: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (
+        'G = "global"\n'
+        'rule all:\n    input: expand("out/{i}.txt", i=range(3)), "plain.txt"\n'
+        'rule thin:\n    output: "out/{i}.txt"\n    params: p=lambda w: int(w.i) * 2\n'
+        "    threads: 1\n    resources: mem_mb=10\n"
+        '    shell: "echo {wildcards.i} {params.p} {threads} {resources.mem_mb} {G} > {output}"\n'
+        'rule plain:\n    output: "plain.txt"\n    run:\n        pass\n'
+    )
+    dag = dag_of(text, [], "info")
+    dag.update_priority()  # as the DAG's postprocess before the run
+    jobs = sorted(dag.needrun_jobs(), key=str)
+    formats = logged_alike(jobs, monkeypatch)
+    by_job = dict(zip(map(str, jobs), zip(formats[::2], formats[1::2], strict=True), strict=True))
+    assert by_job == {str(j): (3, 1) if j.rule.name == "thin" else (0, 0) for j in jobs}
+
+
+def test_a_command_that_cannot_be_formatted_fails_the_record_alike() -> None:
+    class Failing:
+        def log_info(self) -> None:
+            raise AssertionError("not called")
+
+    def shellcmd(job: Any) -> Any:
+        raise ValueError(f"no command for {job.name}")
+
+    def log_info(job: Any) -> tuple[Any, Any]:
+        return job.cmd, job.cmd
+
+    wrapped_info, getter = prepare_inputs.shellcmd_replacements(log_info, shellcmd)
+    job = Failing()
+    job.name = "j"  # type: ignore[attr-defined]
+    Failing.cmd = property(getter)  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="no command for j"):
+        wrapped_info(job)
+
+
+def test_outside_log_info_and_for_other_jobs_the_command_is_formatted_afresh() -> None:
+    formatted: list[Any] = []
+
+    class Probe:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    def shellcmd(job: Any) -> str:
+        formatted.append(job.name)
+        return f"cmd {job.name} {len(formatted)}"
+
+    def log_info(job: Any) -> tuple[Any, ...]:
+        return job.cmd, other.cmd, job.cmd, other.cmd
+
+    wrapped_info, getter = prepare_inputs.shellcmd_replacements(log_info, shellcmd)
+    Probe.cmd = property(getter)  # type: ignore[attr-defined]
+    job, other = Probe("a"), Probe("b")
+    assert (job.cmd, job.cmd) == ("cmd a 1", "cmd a 2")  # outside log_info: every read
+    assert wrapped_info(job) == ("cmd a 3", "cmd b 4", "cmd a 3", "cmd b 5")
+    assert formatted == ["a", "a", "a", "b", "b"]
+
+
 def test_remaining_jobs_are_the_same_jobs_made_at_first_read() -> None:
     made: list[int] = []
 
@@ -309,6 +418,7 @@ def test_the_registry_holds_every_area_and_the_fixes_are_the_ones_installed() ->
     names = [t.name for t in snakemake_internals.FIXES]
     assert names == [
         "prepare_inputs",
+        "shellcmd_once",
         "remaining_jobs",
         "first_round",
         "scheduling rounds",
@@ -327,16 +437,19 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
     greedy = greedy_selection.GREEDY_SELECTION
     monkeypatch.setattr(greedy, "apply", lambda: applied.append("greedy"))
     monkeypatch.setattr(rounds.ROUNDS, "apply", lambda: applied.append("rounds"))
+    once = prepare_inputs.SHELLCMD_ONCE
+    monkeypatch.setattr(once, "apply", lambda: applied.append("shellcmd"))
     lines: list[str] = []
     installed = snakemake_internals.install(lines.append)
     assert installed == {
         "prepare_inputs": False,
+        "shellcmd_once": True,
         "remaining_jobs": True,
         "first_round": True,
         "scheduling rounds": True,
         "greedy_selection": True,
     }
-    assert applied == ["remaining", "first", "rounds", "greedy"]
+    assert applied == ["shellcmd", "remaining", "first", "rounds", "greedy"]
     assert lines == [
         "Snakemake's Job.prepare and Job.is_pipe_or_service_input (snakemake/jobs.py) is "
         "not the code the plugin's fix was written for (Snakemake 9.27.1); Snakemake is "
@@ -344,7 +457,8 @@ def test_a_changed_snakemake_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> N
         "before it runs (about 9 minutes at 100,000 inputs)"
     ]
     assert snakemake_internals.install(lines.append) == installed  # once per process
-    assert applied == ["remaining", "first", "rounds", "greedy"] and len(lines) == 2  # each log
+    assert applied == ["shellcmd", "remaining", "first", "rounds", "greedy"]
+    assert len(lines) == 2  # each log
 
 
 def test_fingerprints_read_through_the_fixes(monkeypatch: pytest.MonkeyPatch) -> None:
