@@ -78,6 +78,7 @@ def test_every_rule_kind_direct_way(workflow: Workflow) -> None:
     assert not job_log_path(workflow, "tmpdir_plain").exists()
     assert "Building DAG" in job_log(workflow, "tmpdir_callable")  # evaluated by the job
     assert "dask-slurm: local (no SLURM allocation" in run.output
+    assert "the cluster's start, from its launch" not in run.output  # only with --verbose
     # A run that went well leaves no traceback in the scheduler's log (its close used to
     # log a CRITICAL one: its last event sent to the closing client).
     scheduler_log = (workflow.path / ".snakemake/dask-slurm/logs/scheduler.log").read_text()
@@ -86,10 +87,19 @@ def test_every_rule_kind_direct_way(workflow: Workflow) -> None:
 
 @pytest.mark.workflow("features")
 def test_every_rule_kind_general_way(workflow: Workflow) -> None:
-    run = workflow.snakemake("--jobs", "20", "--dask-slurm-no-direct-shell")
+    run = workflow.snakemake("--jobs", "20", "--dask-slurm-no-direct-shell", "--verbose")
     assert run.returncode == 0, run
     check_features(workflow)
     assert "Building DAG" in job_log(workflow, "shell_wildcards", "name_plain")
+    # --verbose says how long each step of the cluster's start took (and only --verbose:
+    # the direct-way test above runs without it).
+    steps = re.search(
+        r"dask-slurm: the cluster's start, from its launch: the scheduler's file written "
+        r"([\d.]+) s, connected ([\d.]+) s, 1 worker\(s\) registered ([\d.]+) s\n",
+        run.output,
+    )
+    assert steps, run.output
+    assert 0 < float(steps[1]) <= float(steps[2]) <= float(steps[3]) < 60, steps[0]
 
 
 @pytest.mark.workflow("fail")

@@ -126,6 +126,9 @@ class ClusterSource(ABC):
     growth: Growth | None = None
     #: Its workers' ends (the time limit); None: no worker of it has a known end.
     clock: SourceClock | None = None
+    #: The steps of its start, each with the seconds from its launch, once started
+    #: (said with --verbose); none for a source that starts nothing.
+    steps: tuple[tuple[str, float], ...] = ()
 
     def launch(self, worker_env: Mapping[str, str] | None = None) -> None:
         """Start the cluster's processes without waiting for them, so that their start

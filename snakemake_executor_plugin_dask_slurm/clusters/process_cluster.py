@@ -87,8 +87,10 @@ class ProcessCluster(ClusterSource):
         started = self.launched or began
         try:
             address = wait_for_scheduler_file(self.scheduler_file, self.scheduler, self.timeout)
+            scheduled = time.monotonic() - started
             self.security.check_address(address)
             self.client = connect(address, self.timeout, self.security, probe_first=False)
+            connected = time.monotonic() - started
             # The start-up timeout counts from this call: the run's first job may come long
             # after the launch (a long local rule first, say).
             self.wait_for_workers(Deadline(self.timeout - (time.monotonic() - began)))
@@ -96,6 +98,11 @@ class ProcessCluster(ClusterSource):
             self.close()
             raise
         self.bringup_seconds = time.monotonic() - started
+        self.steps = (
+            ("the scheduler's file written", scheduled),
+            ("connected", connected),
+            (f"{self.expected_workers} worker(s) registered", self.bringup_seconds),
+        )
         return self.client
 
     def wait_for_workers(self, deadline: Deadline) -> None:

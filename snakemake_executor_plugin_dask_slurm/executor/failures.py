@@ -35,13 +35,18 @@ from ..report.messages import job_label, lost_worker_line
 HEALTH_CHECK_INTERVAL = 0.5
 
 
+def _unsaid(line: str) -> None:
+    """A debug line where nobody asked for them."""
+
+
 @dataclass(frozen=True)
 class Say:
-    """One line to the user, at INFO, WARNING or ERROR."""
+    """One line to the user, at INFO, WARNING or ERROR (or DEBUG: with --verbose)."""
 
     info: Callable[[str], None]
     warn: Callable[[str], None]
     error: Callable[[str], None]
+    debug: Callable[[str], None] = _unsaid
 
 
 class Failures:

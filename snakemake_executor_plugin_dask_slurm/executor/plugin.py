@@ -88,6 +88,9 @@ class Executor(RemoteExecutor):
     def _error(self, line: str) -> None:
         self.logger.error(f"dask-slurm: {line}")
 
+    def _debug(self, line: str) -> None:
+        self.logger.debug(f"dask-slurm: {line}")
+
     def __post_init__(self) -> None:
         snakemake_internals.install(self._say)
         snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
@@ -192,7 +195,7 @@ class Executor(RemoteExecutor):
 
     def _start(self, source: ClusterSource, files: RunFiles | None) -> None:
         hooks = Hooks(
-            say=Say(self._say, self._warn, self._error),
+            say=Say(self._say, self._warn, self._error, self._debug),
             snakemake=Snakemake(
                 self.report_job_success, self.report_job_error, self.workflow.async_run
             ),

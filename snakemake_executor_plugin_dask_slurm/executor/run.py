@@ -132,6 +132,9 @@ class Run:
             offers = worker_offers(client)
             coming = source.growth.future_offers() if source.growth is not None else []
             capacity = Capacity.from_workers(offers + coming)
+            if source.steps:  # with --verbose
+                steps = ", ".join(f"{step} {at:.2f} s" for step, at in source.steps)
+                say.debug(f"the cluster's start, from its launch: {steps}")
             said, warnings = started_lines(source)
             for line in said:
                 say.info(line)
