@@ -456,6 +456,11 @@ def test_jobs_pack_by_cpus_and_never_oversubscribe(workflow: Workflow) -> None:
         busy += delta
         peak = max(peak, busy)
     assert peak == 2, "never more CPUs busy than the worker has, and packed up to it"
+    # Every job went the direct way, and 'rule all' Snakemake runs itself: no warm process
+    # was started (none primed for a job that never reaches a worker).
+    logs = workflow.path / ".snakemake/dask-slurm/logs"
+    assert not list(logs.glob("warm-*.log")), sorted(p.name for p in logs.iterdir())
+    assert not (workflow.path / ".snakemake/dask-slurm/warm-prime.json").exists()
     singles = [(s, e) for t, s, e in spans if t == 1]
     assert any(a[0] < b[1] and b[0] < a[1] for a in singles for b in singles if a != b), (
         "single-threaded jobs should run side by side"

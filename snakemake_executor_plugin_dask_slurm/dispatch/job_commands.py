@@ -236,7 +236,8 @@ class JobCommandBuilder:
     def prime_request(self, jobs: Iterable[Any]) -> dict[str, Any] | None:
         """A job command of this workflow that goes the warm way, for every worker's warm
         process to parse at the worker's start (worker/warm_host.py ``WarmHost.prime``):
-        that of the first job in ``jobs`` that goes that way, one job looked at per rule;
+        that of the first job in ``jobs`` that goes that way, one job looked at per rule
+        (none of a rule Snakemake runs itself, ``job.is_local``: a farm's ``rule all``);
         None if none does, or if a job's command cannot be built yet (it then starts the
         warm process itself). A job of a group (Snakemake's scheduler forms the group jobs
         later) counts by its own job command: the group's differs only in what each job's
@@ -252,6 +253,8 @@ class JobCommandBuilder:
             if name in seen:
                 continue
             seen.add(name)
+            if job.is_local:  # Snakemake runs it itself (a target rule, localrules)
+                continue
             if job.group is None and not self.direct_blockers(job):
                 continue  # goes the direct way: nothing to parse
             try:
