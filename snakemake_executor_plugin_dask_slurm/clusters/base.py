@@ -283,11 +283,6 @@ def close_client(client: Client, scheduler_lost: bool) -> None:
     if scheduler_lost:
         logging.getLogger("distributed.client").setLevel(logging.CRITICAL + 1)
     with contextlib.suppress(Exception):
-        # The scheduler's events (the dispatcher's subscription) would include this
-        # client's own removal, sent to it as it closes: a CRITICAL traceback in the
-        # scheduler's log at every run's end ("Closed comm ... while trying to write").
-        client.unsubscribe_topic("all")
-    with contextlib.suppress(Exception):
         client.close(timeout=2)
 
 

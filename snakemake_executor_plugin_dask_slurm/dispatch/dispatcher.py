@@ -20,6 +20,7 @@ loop, which then ``drain``s every finished task.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
@@ -40,6 +41,9 @@ from ..worker.waiting import wait_until
 from ..worker.wire import TaskOutcome, TaskSpec, Usage
 from .listeners import Listeners
 from .outcomes import Finished, SubmitFailed, WorkerRef
+
+#: The scheduler's own events (workers added and removed, clients): Dask's topic "all".
+SCHEDULER_TOPIC = "all"
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -106,7 +110,7 @@ class Dispatcher:
         # Subscribe before taking the snapshot: an event in between is then not lost.
         client.subscribe_topic(EVENT_TOPIC, self._on_job_event)
         client.subscribe_topic(STARTED_TOPIC, self._on_started_event)
-        client.subscribe_topic("all", self._on_scheduler_event)
+        client.subscribe_topic(SCHEDULER_TOPIC, self._on_scheduler_event)
         self._learn_workers(
             client.scheduler_info(n_workers=-1)["workers"], client.run(os.getpid, on_error="ignore")
         )
@@ -245,6 +249,14 @@ class Dispatcher:
         return found
 
     # -- stopping ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop listening to the scheduler's events, before the client closes: they would
+        include this client's own removal, sent to it as it closes (a CRITICAL traceback
+        in the scheduler's log at every run's end, "Closed comm ... while trying to
+        write"). The jobs' events keep coming while the cluster closes."""
+        with contextlib.suppress(Exception):  # a client whose scheduler is gone
+            self.client.unsubscribe_topic(SCHEDULER_TOPIC)
 
     def kill(self, keys: list[str]) -> set[str]:
         """Stop the given jobs on every worker: running ones now, queued ones when their

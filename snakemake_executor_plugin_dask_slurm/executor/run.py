@@ -203,6 +203,7 @@ class Run:
             keys = registry.keys()
             if keys and not self.source.scheduler_lost():
                 self.dispatcher.kill(keys)
+            self.dispatcher.close()
         finally:
             try:
                 self.source.close()

@@ -22,31 +22,28 @@ from __future__ import annotations
 import os
 import runpy
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import DASK_MAIN_MODULE
 
 #: Set to 1 (in the environment of the run): the scheduler and workers may import NumPy.
 NUMPY_VARIABLE = "DASK_SLURM_DASK_NUMPY"
-BLOCKED = ("numpy",)
 
 
-def block_numpy(env: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+def block_numpy(env: Mapping[str, str] = os.environ) -> bool:
     """Make ``import numpy`` raise ImportError in this process, as if NumPy were not
     installed (a ``None`` in ``sys.modules``); not when NumPy is imported already or
     ``DASK_SLURM_DASK_NUMPY=1``. True if it was blocked."""
-    if env.get(NUMPY_VARIABLE) == "1" or any(name in sys.modules for name in BLOCKED):
+    if env.get(NUMPY_VARIABLE) == "1" or "numpy" in sys.modules:
         return False
-    for name in BLOCKED:
-        sys.modules[name] = None  # type: ignore[assignment]
+    sys.modules["numpy"] = None  # type: ignore[assignment]
     return True
 
 
 def allow_numpy() -> None:
     """Undo :func:`block_numpy` (NumPy is imported afresh by its next importer)."""
-    for name in BLOCKED:
-        if name in sys.modules and sys.modules[name] is None:
-            del sys.modules[name]
+    if "numpy" in sys.modules and sys.modules["numpy"] is None:
+        del sys.modules["numpy"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -316,10 +316,6 @@ def test_a_jobs_info_record_is_the_same_with_its_command_formatted_once(
 
 
 def test_a_command_that_cannot_be_formatted_fails_the_record_alike() -> None:
-    class Failing:
-        def log_info(self) -> None:
-            raise AssertionError("not called")
-
     def shellcmd(job: Any) -> Any:
         raise ValueError(f"no command for {job.name}")
 
@@ -327,11 +323,13 @@ def test_a_command_that_cannot_be_formatted_fails_the_record_alike() -> None:
         return job.cmd, job.cmd
 
     wrapped_info, getter = prepare_inputs.shellcmd_replacements(log_info, shellcmd)
-    job = Failing()
-    job.name = "j"  # type: ignore[attr-defined]
-    Failing.cmd = property(getter)  # type: ignore[attr-defined]
+
+    class Failing:
+        name = "j"
+        cmd = property(getter)
+
     with pytest.raises(ValueError, match="no command for j"):
-        wrapped_info(job)
+        wrapped_info(Failing())
 
 
 def test_outside_log_info_and_for_other_jobs_the_command_is_formatted_afresh() -> None:
