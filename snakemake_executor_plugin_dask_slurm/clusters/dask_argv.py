@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..worker import DASK_MAIN_MODULE, SUPERVISOR_MODULE
+from ..worker import DASK_MAIN_MODULE, DASK_WORKER_MODULE, SUPERVISOR_MODULE
 
 SCHEDULER_MODULE = "distributed.cli.dask_scheduler"
-WORKER_MODULE = "distributed.cli.dask_worker"
+WORKER_MODULE = DASK_WORKER_MODULE
 
 
 @dataclass(frozen=True)

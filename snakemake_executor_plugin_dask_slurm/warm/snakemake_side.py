@@ -158,7 +158,11 @@ def load() -> dict[str, Any]:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    platform.uname()  # caches `uname -p`, which Snakemake's log header runs for every job
+    # Snakemake's log header (Workflow.info_header: platform.platform()) asks for the
+    # processor, which `platform` finds by running `uname -p` once per process: cached
+    # here, every job forked from this process finds it (3 ms and a fork per job before;
+    # `platform.uname()` alone leaves the field to its first reader).
+    platform.uname().processor  # noqa: B018
     actions = getattr(parser, "_option_string_actions", {})
     missing = [flag for flag in PER_JOB_FLAGS if flag not in actions]
     if missing:

@@ -12,5 +12,7 @@ The module paths below are how the plugin names these modules on command lines
 SUPERVISOR_MODULE = f"{__name__}.supervisor"
 #: ``python -m`` this, then Dask's command module: the scheduler and workers without NumPy.
 DASK_MAIN_MODULE = f"{__name__}.dask_main"
+#: Dask's worker command, which the supervisor runs through DASK_MAIN_MODULE.
+DASK_WORKER_MODULE = "distributed.cli.dask_worker"
 TASK_MODULE = f"{__name__}.task"
 SCHEDULER_PRELOAD_MODULE = f"{__name__}.scheduler_preload"

@@ -5,7 +5,8 @@ Dask loads :mod:`.task` as every worker's ``--preload`` module (clusters/spec.py
 :func:`dask_setup` adopts the jobs' orphans (a child subreaper), starts the
 housekeeping thread, which reports the jobs that started and ends the daemons of those
 that ended, and, when the run named a job command for it (``warm_host.PRIME_VARIABLE``),
-starts the warm process at once to parse it (:func:`prime_warm`); :func:`dask_teardown`
+starts the warm process at once to parse it (``warm_host.prime_from_env``; the worker's
+``dask_main`` has started it before Dask's import already); :func:`dask_teardown`
 takes a closing worker's jobs with it.
 """
 
@@ -103,23 +104,10 @@ def dask_setup(worker: Any) -> None:
         daemon=True,
     )
     thread.start()
-    prime = os.environ.pop(warm_host.PRIME_VARIABLE, None)  # the worker's, not its jobs'
-    if prime:
+    if warm_host.PRIME_VARIABLE in os.environ:  # not taken by worker/dask_main.py already
         threading.Thread(
-            target=prime_warm, args=(prime,), name="dask-slurm-warm-prime", daemon=True
+            target=warm_host.prime_from_env, name="dask-slurm-warm-prime", daemon=True
         ).start()
-
-
-def prime_warm(path: str) -> bool:
-    """Start this worker's warm process and have it parse the job command in the JSON file
-    ``path`` (the run wrote it at its start: a job command of the workflow that goes the
-    warm way), so that the first warm job finds its workflow parsed. False when it could
-    not (an unreadable file: the first warm job starts the warm process as before)."""
-    try:
-        request = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False
-    return warm_host.HOST.prime(request)
 
 
 def dask_teardown(worker: Any) -> None:

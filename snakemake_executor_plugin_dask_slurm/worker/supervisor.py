@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from . import DASK_MAIN_MODULE, proctree
+from . import DASK_MAIN_MODULE, DASK_WORKER_MODULE, proctree
 from .environment import job_environment
 from .waiting import wait_until
 
-WORKER_MODULE = "distributed.cli.dask_worker"
+WORKER_MODULE = DASK_WORKER_MODULE
 #: Seconds the worker gets to close after SIGTERM before it is killed.
 STOP_TIMEOUT = 15.0
 #: Pause before a restart, so that a worker that dies at once does not spin.

@@ -26,6 +26,7 @@ again: this worker's jobs then go the cold way, each with the reason.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -33,8 +34,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 from .proctree import JOB_MARKER, describe_exit
@@ -387,3 +389,19 @@ class WarmHost:
 
 #: The one warm host of this worker process.
 HOST = WarmHost()
+
+
+def prime_from_env(env: MutableMapping[str, str] = os.environ) -> bool:
+    """Take :data:`PRIME_VARIABLE` out of this worker's environment (it is the worker's,
+    not its jobs') and, when it names a job command, start the warm process now and have
+    it parse that command (:meth:`WarmHost.prime`). False when nothing was started: no
+    variable (taken already), an unreadable file (the first warm job then starts the warm
+    process), a warm process there already."""
+    path = env.pop(PRIME_VARIABLE, None)
+    if not path:
+        return False
+    try:
+        request = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return HOST.prime(request)

@@ -3,15 +3,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.worker import DASK_MAIN_MODULE
-from snakemake_executor_plugin_dask_slurm.worker.dask_main import NUMPY_VARIABLE
+from snakemake_executor_plugin_dask_slurm.warm import ZYGOTE_MODULE
+from snakemake_executor_plugin_dask_slurm.warm.tasks import PRIMING
+from snakemake_executor_plugin_dask_slurm.worker import DASK_MAIN_MODULE, DASK_WORKER_MODULE
+from snakemake_executor_plugin_dask_slurm.worker.dask_main import (
+    DASK_PARENT_VARIABLE,
+    NUMPY_VARIABLE,
+)
+from snakemake_executor_plugin_dask_slurm.worker.warm_host import PRIME_VARIABLE
 
 #: A module that says what it was run as and whether NumPy can be imported.
 PROBE = """
@@ -66,3 +74,69 @@ def test_allow_numpy_lifts_the_block_in_the_process() -> None:
     pytest.importorskip("numpy")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.split("\n")[:2] == ["blocked", "imported numpy"], done.stderr
+
+
+def _zygote_of(pid: int) -> int | None:
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if ZYGOTE_MODULE.encode() in cmdline:
+            return int(child)
+    return None
+
+
+def _environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path) -> None:
+    """A worker whose run named a job command to parse starts its warm process before it
+    imports Dask: this one has no preload and waits for a scheduler file that never comes,
+    and its warm process parses the workflow all the same, with the environment the
+    preload would have given it (Dask's worker command's variable added, the run's naming
+    variable taken out); it ends with the worker."""
+    (tmp_path / "Snakefile").write_text(
+        'rule one:\n    output: "one.txt"\n    run:\n        pass\n'
+    )
+    request = {
+        "python": sys.executable,
+        "argv": [
+            "--snakefile", str(tmp_path / "Snakefile"), "--target-jobs", "one:",
+            "--allowed-rules", "one", "--cores", "1", "--nolock", "--mode", "remote",
+        ],
+        "env": [], "cwd": str(tmp_path), "log_dir": str(tmp_path / "logs"),
+    }  # fmt: skip
+    (tmp_path / "prime.json").write_text(json.dumps(request))
+    worker = subprocess.Popen(
+        [
+            sys.executable, "-m", DASK_MAIN_MODULE, DASK_WORKER_MODULE,
+            "--scheduler-file", str(tmp_path / "never.json"), "--no-nanny",
+        ],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**os.environ, PRIME_VARIABLE: str(tmp_path / "prime.json")},
+    )  # fmt: skip
+    zygote = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            logs = list((tmp_path / "logs").glob("warm-*.log"))
+            if logs and PRIMING in logs[0].read_text():
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"no warm process parsed: {[p.read_text() for p in logs]}")
+        zygote = _zygote_of(worker.pid)
+        assert zygote is not None
+        env = _environ(zygote)
+        assert env[DASK_PARENT_VARIABLE] == str(worker.pid)
+        assert PRIME_VARIABLE not in env
+        assert not (tmp_path / "one.txt").exists()  # parsed, nothing run
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while zygote is not None and Path(f"/proc/{zygote}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert zygote is None or not Path(f"/proc/{zygote}").exists(), (
+        "the warm process outlived its worker"
+    )

@@ -146,13 +146,17 @@ def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
 def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
     """Its own modules bring only warm/ and worker/; Snakemake's plugin registry then
     imports every executor plugin (this one's executor too, as `python -m snakemake`
-    does), but nothing of Dask."""
+    does), but nothing of Dask. And what a job forked from it needs of `platform` for
+    Snakemake's log header is there: no `uname -p` per job (a subprocess would exit 2)."""
     warm = f"{NAME}.warm"
     probe = (
         f"import sys, {warm}.zygote, {warm}.primed, {warm}.child, {warm}.snakemake_side;"
         f"own = sorted(m for m in sys.modules if m.startswith('{NAME}.') "
         f"and m.split('.')[1] not in {WARM_SHARED!r});"
         f"{warm}.snakemake_side.load();"
+        "import platform, subprocess;"
+        "subprocess.check_output = lambda *a, **k: sys.exit(2);"
+        "platform.platform();"
         "dask = sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask'));"
         "print(own, dask); sys.exit(1 if own or dask else 0)"
     )
