@@ -67,10 +67,18 @@ def start_warm_early(args: Sequence[str], env: MutableMapping[str, str] = os.env
     job's (tests/test_warm.py). True if the warm process was started."""
     from .warm_host import PRIME_VARIABLE, prime_from_env
 
-    if "--no-nanny" not in args or not env.get(PRIME_VARIABLE):
+    if not one_process(args) or not env.get(PRIME_VARIABLE):
         return False
     env[DASK_PARENT_VARIABLE] = str(os.getpid())
     return prime_from_env(env)
+
+
+def one_process(args: Sequence[str]) -> bool:
+    """Whether Dask's worker command runs the worker in this process: ``--no-nanny`` the
+    last of it and ``--nanny`` (the last one given wins, as Dask's command line reads them;
+    with a nanny, the worker is another process, whose warm process this would not be)."""
+    flags = [a for a in args if a in ("--nanny", "--no-nanny")]
+    return bool(flags) and flags[-1] == "--no-nanny"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -79,7 +87,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(f"usage: python -m {DASK_MAIN_MODULE} MODULE [ARGS...]")
     module, rest = args[0], args[1:]
     if module == DASK_WORKER_MODULE:
-        start_warm_early(rest)
+        try:
+            start_warm_early(rest)
+        except Exception as e:  # a head start, not a condition of the worker's start
+            print(
+                f"dask-slurm: the warm process was not started with the worker "
+                f"({type(e).__name__}: {e}); the first warm job starts it",
+                file=sys.stderr,
+            )
     block_numpy()
     sys.argv = [sys.argv[0], *rest]  # run_module sets argv[0] to the module's file, as -m does
     runpy.run_module(module, run_name="__main__", alter_sys=True)

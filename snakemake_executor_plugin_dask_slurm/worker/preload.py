@@ -104,9 +104,12 @@ def dask_setup(worker: Any) -> None:
         daemon=True,
     )
     thread.start()
-    if warm_host.PRIME_VARIABLE in os.environ:  # not taken by worker/dask_main.py already
+    # Not taken by worker/dask_main.py already (a worker started another way): taken out of
+    # the environment here, before any job can copy it; the warm process starts meanwhile.
+    prime = os.environ.pop(warm_host.PRIME_VARIABLE, None)
+    if prime:
         threading.Thread(
-            target=warm_host.prime_from_env, name="dask-slurm-warm-prime", daemon=True
+            target=warm_host.prime_file, args=(prime,), name="dask-slurm-warm-prime", daemon=True
         ).start()
 
 

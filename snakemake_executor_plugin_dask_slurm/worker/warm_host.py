@@ -394,12 +394,16 @@ HOST = WarmHost()
 def prime_from_env(env: MutableMapping[str, str] = os.environ) -> bool:
     """Take :data:`PRIME_VARIABLE` out of this worker's environment (it is the worker's,
     not its jobs') and, when it names a job command, start the warm process now and have
-    it parse that command (:meth:`WarmHost.prime`). False when nothing was started: no
-    variable (taken already), an unreadable file (the first warm job then starts the warm
-    process), a warm process there already."""
+    it parse that command (:func:`prime_file`). False when nothing was started."""
     path = env.pop(PRIME_VARIABLE, None)
-    if not path:
-        return False
+    return prime_file(path) if path else False
+
+
+def prime_file(path: str) -> bool:
+    """Start this worker's warm process and have it parse the job command in the JSON file
+    ``path`` (:meth:`WarmHost.prime`; the run wrote it at its start). False when nothing
+    was started: an unreadable file (the first warm job then starts the warm process), a
+    warm process there already."""
     try:
         request = json.loads(Path(path).read_text())
     except (OSError, ValueError):

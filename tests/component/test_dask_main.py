@@ -18,7 +18,9 @@ from snakemake_executor_plugin_dask_slurm.worker import DASK_MAIN_MODULE, DASK_W
 from snakemake_executor_plugin_dask_slurm.worker.dask_main import (
     DASK_PARENT_VARIABLE,
     NUMPY_VARIABLE,
+    start_warm_early,
 )
+from snakemake_executor_plugin_dask_slurm.worker.proctree import pid_alive
 from snakemake_executor_plugin_dask_slurm.worker.warm_host import PRIME_VARIABLE
 
 #: A module that says what it was run as and whether NumPy can be imported.
@@ -76,8 +78,12 @@ def test_allow_numpy_lifts_the_block_in_the_process() -> None:
     assert done.stdout.split("\n")[:2] == ["blocked", "imported numpy"], done.stderr
 
 
+def _children(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+
+
 def _zygote_of(pid: int) -> int | None:
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+    for child in _children(pid):
         cmdline = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         if ZYGOTE_MODULE.encode() in cmdline:
             return int(child)
@@ -118,14 +124,14 @@ def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path) -> No
     zygote = None
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # the zygote said it primes, and forked a server
             logs = list((tmp_path / "logs").glob("warm-*.log"))
-            if logs and PRIMING in logs[0].read_text():
+            zygote = _zygote_of(worker.pid)
+            if logs and PRIMING in logs[0].read_text() and zygote and _children(zygote):
                 break
             time.sleep(0.1)
         else:
             raise AssertionError(f"no warm process parsed: {[p.read_text() for p in logs]}")
-        zygote = _zygote_of(worker.pid)
         assert zygote is not None
         env = _environ(zygote)
         assert env[DASK_PARENT_VARIABLE] == str(worker.pid)
@@ -135,8 +141,30 @@ def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path) -> No
         worker.terminate()
         worker.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while zygote is not None and Path(f"/proc/{zygote}").exists() and time.monotonic() < deadline:
+    while zygote is not None and pid_alive(zygote) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert zygote is None or not Path(f"/proc/{zygote}").exists(), (
-        "the warm process outlived its worker"
-    )
+    assert zygote is None or not pid_alive(zygote), "the warm process outlived its worker"
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--nanny"], ["--no-nanny", "--nanny"], ["--nthreads", "2"]], ids=str
+)
+def test_a_worker_with_a_nanny_leaves_its_warm_process_to_the_worker(args: list[str]) -> None:
+    """With a nanny (Dask's default; the last of --nanny/--no-nanny wins) the worker is
+    another process: nothing is started here and the variable is left for its preload."""
+    env = {PRIME_VARIABLE: "/nonexistent/prime.json"}
+    assert start_warm_early(args, env) is False
+    assert env == {PRIME_VARIABLE: "/nonexistent/prime.json"}
+
+
+def test_a_prime_file_it_cannot_use_never_stops_the_worker(tmp_path: Path) -> None:
+    """An early start that fails says so in one line and the worker's command goes on."""
+    (tmp_path / "prime.json").write_text("{}")  # no job command in it
+    done = subprocess.run(
+        [sys.executable, "-m", DASK_MAIN_MODULE, DASK_WORKER_MODULE, "--no-nanny", "--version"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, PRIME_VARIABLE: str(tmp_path / "prime.json")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "version" in done.stdout
+    assert "dask-slurm: the warm process was not started with the worker (KeyError" in done.stderr
