@@ -40,7 +40,7 @@ from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_schedu
 from ..errors import DaskSlurmError
 from ..report.messages import stopped_line
 from ..report.usage.write import root_problem
-from ..worker import timing
+from ..worker import quick_exit, timing
 from . import signals
 from .failures import Failures, Say
 from .run import Hooks, Run, launch, stop
@@ -352,6 +352,7 @@ class Executor(RemoteExecutor):
             self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()
             self._listeners.run_ended(command)  # the landing's summary, the report's lines
+            quick_exit.collect_then_skip_at_exit()  # Snakemake's exit: 0.3 s less
             if timing.ON:
                 timing.record("shutdown", began, time.time())
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,3 +28,71 @@ def test_objects_alive_at_exit_are_frozen_only_when_asked(arm: str, frozen: bool
     )
     count = int(done.stdout.split()[-1])
     assert (count > 10000) is frozen, done.stdout
+
+
+#: An object with a finalizer that only a garbage cycle holds when the process starts to
+#: exit. The interpreter's own teardown reaches it only after the builtins are gone (its
+#: `open` fails, ignored); a collection in an exit handler runs it while they are there.
+GARBAGE = """
+import gc, sys
+gc.disable()  # the cycle stays uncollected until exit
+from snakemake_executor_plugin_dask_slurm.worker import quick_exit
+class Holder:
+    def __del__(self):
+        with open(sys.argv[1], "w") as f:
+            f.write("finalized")
+h = Holder()
+h.me = h
+del h
+{arm}
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("arm", "finalized"),
+    [
+        (
+            "import atexit; n = atexit._ncallbacks(); quick_exit.collect_then_skip_at_exit(); "
+            "quick_exit.collect_then_skip_at_exit(); assert atexit._ncallbacks() == n + 1",
+            True,
+        ),
+        ("quick_exit.at_exit()", False),  # the Dask processes' bare freeze
+        ("", False),  # the interpreter's own exit
+    ],
+    ids=["snakemake", "dask", "none"],
+)
+def test_snakemakes_exit_still_finalizes_what_was_garbage(
+    arm: str, finalized: bool, tmp_path: Path
+) -> None:
+    """Snakemake's process collects before it freezes: what is garbage when it starts to
+    exit is finalized (asked twice, armed once)."""
+    out = tmp_path / "out.txt"
+    subprocess.run(
+        [sys.executable, "-c", GARBAGE.format(arm=arm), str(out)],
+        check=True, timeout=60, capture_output=True,
+    )  # fmt: skip
+    assert (out.exists() and out.read_text() == "finalized") is finalized
+
+
+LEFT_OPEN = """
+import logging, sys
+from snakemake_executor_plugin_dask_slurm.worker import quick_exit
+logging.getLogger().addHandler(logging.FileHandler(sys.argv[1] + ".log"))  # logging closes it
+read = open("/dev/null")
+mine = open(sys.argv[1], "w")
+print(sorted(getattr(f, "name", "?") for f in quick_exit.files_left_open()))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_files_only_the_final_collections_would_close(tmp_path: Path) -> None:
+    """A file the process opened for writing is named (its text layer, its buffer, its raw
+    file); the standard streams, logging's handlers' files and files open for reading
+    are not."""
+    out = tmp_path / "mine.txt"
+    done = subprocess.run(
+        [sys.executable, "-c", LEFT_OPEN, str(out)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([str(out)] * 3)
