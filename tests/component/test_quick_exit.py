@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,7 +82,7 @@ from snakemake_executor_plugin_dask_slurm.worker import quick_exit
 logging.getLogger().addHandler(logging.FileHandler(sys.argv[1] + ".log"))  # logging closes it
 read = open("/dev/null")
 mine = open(sys.argv[1], "w")
-print(sorted(getattr(f, "name", "?") for f in quick_exit.files_left_open()))
+print(sorted(getattr(f, "name", "?") for f in quick_exit.writers_left_open()))
 """
 
 
@@ -96,3 +97,52 @@ def test_the_files_only_the_final_collections_would_close(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == repr([str(out)] * 3)
+
+
+#: A process that arms Snakemake's exit with something alive, and says at its very end
+#: (its first exit handler: the last to run) how many objects were frozen.
+ALIVE_AT_EXIT = """
+import atexit, gc, sys
+atexit.register(lambda: print("frozen", gc.get_freeze_count()))
+from snakemake_executor_plugin_dask_slurm.worker import quick_exit
+{alive}
+quick_exit.collect_then_skip_at_exit()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("alive", "env", "frozen"),
+    [
+        ("", {}, True),
+        ("import io; kept = io.StringIO(); kept.write('in memory')", {}, True),
+        (  # a dead weak proxy among the objects: the scan must not look at it through it
+            "import weakref\nclass T: pass\nt = T(); proxy = weakref.proxy(t); del t",
+            {},
+            True,
+        ),
+        (
+            "import sqlite3; db = sqlite3.connect(sys.argv[1]); "
+            "db.execute('pragma journal_mode=wal'); db.execute('create table t (x)'); "
+            "db.execute('insert into t values (1)'); db.commit()",
+            {},
+            False,
+        ),
+        ("", {"DASK_SLURM_FULL_EXIT": "1"}, False),
+    ],
+    ids=["nothing", "in-memory", "dead-proxy", "sqlite", "full-exit"],
+)
+def test_what_is_alive_at_exit_decides_the_freeze(
+    alive: str, env: dict[str, str], frozen: bool, tmp_path: Path
+) -> None:
+    """In-memory streams and a dead weak proxy leave the freeze on, quietly; an open SQLite
+    connection (its close merges the write-ahead log into the database) and
+    DASK_SLURM_FULL_EXIT=1 leave the interpreter's own exit."""
+    done = subprocess.run(
+        [sys.executable, "-c", ALIVE_AT_EXIT.format(alive=alive), str(tmp_path / "w.db")],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+    )  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert (int(done.stdout.split()[-1]) > 1000) is frozen, done.stdout
+    if "sqlite" in alive:  # closed at exit as without the plugin: the log merged
+        assert not (tmp_path / "w.db-wal").exists()
