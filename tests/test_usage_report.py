@@ -51,10 +51,13 @@ def test_the_report_is_exact_and_its_profile_asks_for_less(workflow: Workflow) -
     # Two processes, each a fixed amount of work: CPU seconds, whatever the wall time.
     assert burn["outcome"] == "done" and burn["threads"] == "4"
     cpu, wall = float(burn["cpu_s"]), float(burn["wall_s"])
-    # The same work, measured here before and after (the larger: the run's own load in
-    # between). Missing children would be far below; a double count 2x or more.
-    reference = 2 * max(measured_before, cpu_seconds_of_one_burn())
-    assert 0.75 * reference <= cpu <= 1.6 * reference, (cpu, reference, burn)
+    # The same work, measured here before and after the run; load inflates a measurement
+    # (up to ~1.5x), so the lower bound takes the smaller and the upper the larger (a CI
+    # run failed with the larger as both: the job 2.30 CPU-s, the reference 3.20). A
+    # missing child would be half the job's figure, far below; a double count 2x or more.
+    measured_after = cpu_seconds_of_one_burn()
+    low, high = sorted((measured_before, measured_after))
+    assert 0.75 * 2 * low <= cpu <= 1.6 * 2 * high, (cpu, low, high, burn)
     assert cpu / wall <= 2.2, burn  # at most two cores busy, never four
     # 200 MiB held (209.7 MB: the report is in MB, mem_mb's unit), measured by the kernel
     # (the interpreter adds ~10 MB)
