@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.warm.tasks import PRIMING
+from snakemake_executor_plugin_dask_slurm.warm.thread_pools import openblas_threads
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
 
 pytestmark = pytest.mark.e2e
@@ -85,15 +86,20 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     assert outputs["warm"] == outputs["local"], (differing(outputs, "warm"), said["warm"])
     assert outputs["cold"] == outputs["local"], (differing(outputs, "cold"), said["cold"])
     # 4 run: and their logs, script: and its log, wrapper, bench, shadow, retried, group a, b,
-    # c, the scripts inspect, threaded, blas and unclosed (2), the logs of fails_script and
-    # exits_script (full_script fails: its output is removed)
-    assert len(outputs["local"]) == 24, sorted(outputs["local"])
+    # c, the scripts inspect, threaded, blas and unclosed (2), blas_run, the logs of
+    # fails_script and exits_script (full_script fails: its output is removed)
+    assert len(outputs["local"]) == 25, sorted(outputs["local"])
     assert outputs["local"]["unclosed.txt"] == b"written, never closed\n" * 3
     assert gzip.decompress(outputs["local"]["unclosed.gz"]) == b"compressed, never closed\n"
     assert "full.txt" not in outputs["local"]
     # numpy's thread pool as `threads: 1` sizes it, not as the warm process's was (on a
     # machine of 2 CPUs or more, where the two differ)
-    assert outputs["local"]["blas.txt"] == b"openblas threads [1]\n"
+    assert outputs["local"]["blas.txt"] == b"openblas threads [1]; the process has 1 thread(s)\n"
+    # and a run: block's (in the job's own Snakemake) as that process's environment sizes
+    # it, not as the warm process loaded it (one thread; its primed server resizes it)
+    cpus = len(os.sched_getaffinity(0))
+    pool = openblas_threads(os.environ, cpus)
+    assert outputs["local"]["blas_run.txt"] == f"openblas threads [{pool}] of {cpus}\n".encode()
     assert outputs["local"]["group_c.txt"] == b"a 1\nb\nc True\n"
     assert outputs["local"]["threaded.txt"] == b"written by the thread; daemon forked True\n"
     check_scripts(tmp_path, ways, said)

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from .thread_pools import Pools
 
 
 @dataclass(frozen=True)
@@ -26,10 +28,6 @@ class ScriptSetup:
     #: What ``import snakemake`` appends to ``sys.path`` (its pip deployments), which a
     #: fresh script's preamble does when it imports Snakemake.
     appended_path: tuple[str, ...] = ()
-    #: How to size the zygote's OpenBLAS pools in a script's process
-    #: (:func:`.thread_pools.find_blas_setters`), or why scripts cannot run in it.
-    blas_setters: tuple[Any, ...] = ()
-    pools_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +45,9 @@ class ZygoteContext:
     #: The zygote's environment (without the marker's slot): what a job's adds to.
     base_env: Mapping[str, str]
     scripts: ScriptSetup = ScriptSetup()
+    #: numpy's OpenBLAS pools, loaded with one thread (:mod:`.thread_pools`): each forked
+    #: process sizes them for its own environment.
+    pools: Pools = field(default_factory=Pools)
 
 
 def listening_address() -> str:

@@ -41,6 +41,7 @@ from ..worker.warm_protocol import (
 from . import child, member, snakemake_side
 from .context import ZygoteContext
 from .sources import Effect, Fingerprint, Recorder, module_sources
+from .thread_pools import size_thread_pools
 
 
 def thread_count() -> int:
@@ -132,7 +133,13 @@ class Server:
             module_sources(set(sys.modules) - modules, self.recorder.library_roots),
             skip,
         )
-        threads = settle_threads()
+        pools = self.context.pools
+        if not size_thread_pools(pools, os.environ):
+            return (
+                f"its jobs' numpy needs more than one thread, and its {pools.unsized[0]} has "
+                "no thread setter this plugin knows (the warm process loaded it with one)"
+            )
+        threads = settle_threads()  # (the pools' threads, started by the resize, end here)
         if threads > 1:
             return f"the workflow's imports leave {threads - 1} thread(s) running in the parse"
         gc.collect()

@@ -45,7 +45,6 @@ from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, Op, Received, RunScript, Started, encode
 from . import marker
 from .context import ScriptSetup
-from .thread_pools import find_blas_setters
 
 #: The prefix ``shell()`` puts before a command when bash is its executable and the
 #: workflow set no ``shell.prefix``.
@@ -349,12 +348,11 @@ def install(address: str) -> ScriptSetup:
     import snakemake
 
     appended = tuple(p for p in [getattr(snakemake, "PIP_DEPLOYMENTS_PATH", None)] if p)
-    setters, reason = find_blas_setters()
     wrap_execute_script(_hook)
     internal_shell.swap_subprocess(
         lambda real, stdout: _Subprocess(subprocess, stdout, address, bash)
     )
-    return ScriptSetup(bash, appended, tuple(setters), reason)
+    return ScriptSetup(bash, appended)
 
 
 def _hook(original: Any) -> Any:

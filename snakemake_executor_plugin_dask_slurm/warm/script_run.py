@@ -158,7 +158,7 @@ def become_script(request: RunScript, fds: Sequence[int], context: ZygoteContext
             close_all=True,  # what Popen(close_fds=True) leaves
         )  # fmt: skip
         fresh_process_state(str(request["cwd"]))
-        size_thread_pools(context.scripts.blas_setters, os.environ)
+        size_thread_pools(context.pools, os.environ)
         fresh_stdio()
         before = list(sys.modules)
     except BaseException:

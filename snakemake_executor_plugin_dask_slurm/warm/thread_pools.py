@@ -2,17 +2,29 @@
 
 OpenBLAS (numpy's, which Snakemake imports through yte) sizes its thread pool when it
 loads, from the environment: a fresh interpreter's from the job's (``threads``, which
-Snakemake's shell exports), the zygote's from its own. In the zygote, :func:`find_blas_setters`
-finds how to resize its pools, or why scripts cannot run in it (another runtime that sized
-a pool at load), kept in its :class:`.context.ScriptSetup`; in a script's process,
-:func:`size_thread_pools` sizes them from the job's environment.
+Snakemake's shell exports), the zygote's from its own. The zygote loads it with a pool of
+one (:func:`loading_with_one_thread`), and :func:`find_pools` finds how to resize its pools,
+or why scripts cannot run in it (another runtime that sized a pool at load), kept in its
+:class:`.context.ZygoteContext`. A process forked from the zygote sizes them again with
+:func:`size_thread_pools` only where its environment asks for another size: a script's
+process from the job's environment (``threads: 1``, most jobs: nothing to do), a primed
+server from its own (what a job's Snakemake started cold would load, which its job
+processes inherit).
+
+Why not load with the zygote's own size and resize every script's process: OpenBLAS's
+setter first starts the whole pool again after a fork (its ``goto_set_num_threads``
+re-initializes a pool that its at-fork handler ended), every thread of which then polls
+for work for about 0.1 s before it sleeps: each ``threads: 1`` script of a farm burned a
+busy thread per other CPU for all of its short life (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 #: OpenBLAS (numpy's, which Snakemake imports through yte) sizes its thread pool when it
@@ -83,19 +95,46 @@ def _leading_int(text: str) -> int:
     return int(digits) if digits else 0
 
 
-def find_blas_setters() -> tuple[list[Any], str | None]:
-    """In the zygote, once: the setters of the loaded OpenBLAS pools, or why scripts
-    cannot run in it."""
+@contextlib.contextmanager
+def loading_with_one_thread(env: MutableMapping[str, str] = os.environ) -> Iterator[None]:
+    """Around the zygote's import of Snakemake (which loads numpy's OpenBLAS): OpenBLAS
+    loads with a pool of one (``OPENBLAS_NUM_THREADS=1``, which its rule reads first); the
+    environment is as it was afterwards."""
+    saved = env.get("OPENBLAS_NUM_THREADS")
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            env.pop("OPENBLAS_NUM_THREADS", None)
+        else:
+            env["OPENBLAS_NUM_THREADS"] = saved
 
+
+@dataclass(frozen=True)
+class Pools:
+    """The zygote's loaded OpenBLAS pools: each one's setter and the size it loaded with
+    (its getter's, before anything resized it)."""
+
+    setters: tuple[Any, ...] = ()
+    loaded: tuple[int, ...] = ()
+    #: Loaded OpenBLAS libraries without a setter this plugin knows (loaded with one
+    #: thread: a process that needs more cannot have them).
+    unsized: tuple[str, ...] = ()
+    #: Why a script cannot run in a fork of the zygote (another runtime that sized a pool
+    #: at load, or an OpenBLAS of ``unsized``): it goes through the shell.
+    reason: str | None = None
+
+
+def find_pools() -> Pools:
+    """In the zygote, once, after Snakemake's import: its loaded OpenBLAS pools."""
     try:
         with open("/proc/self/maps") as f:
             paths = loaded_libraries(f.read())
     except OSError as e:
-        return [], f"its loaded libraries could not be read ({e})"
+        return Pools(reason=f"its loaded libraries could not be read ({e})")
     openblas, reason = thread_pool_libraries(paths)
-    if reason is not None:
-        return [], reason
-    setters = []
+    setters, loaded, unsized = [], [], []
     for path in openblas:
         try:
             library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
@@ -104,16 +143,22 @@ def find_blas_setters() -> tuple[list[Any], str | None]:
         for setter, getter in OPENBLAS_SYMBOLS:
             if hasattr(library, setter) and hasattr(library, getter):
                 setters.append(getattr(library, setter))
+                loaded.append(int(getattr(library, getter)()))
                 break
         else:
-            name = os.path.basename(path)
-            return [], f"its {name} has no thread setter this plugin knows"
-    return setters, None
+            unsized.append(os.path.basename(path))
+    if reason is None and unsized:
+        reason = f"its {unsized[0]} has no thread setter this plugin knows"
+    return Pools(tuple(setters), tuple(loaded), tuple(unsized), reason)
 
 
-def size_thread_pools(setters: Sequence[Any], env: Mapping[str, str]) -> None:
-    """In a script's process: the OpenBLAS pools as a fresh interpreter would size them
-    from the job's environment."""
+def size_thread_pools(pools: Pools, env: Mapping[str, str]) -> bool:
+    """In a process forked from the zygote: its OpenBLAS pools as a fresh interpreter
+    would size them when loaded in ``env``, each resized only if that is not the size it
+    loaded with (a resize starts the pool's threads at once). False if one of them needed
+    another size and has no setter (``pools.unsized``)."""
     threads = openblas_threads(env, len(os.sched_getaffinity(0)))
-    for setter in setters:
-        setter(threads)
+    for setter, loaded in zip(pools.setters, pools.loaded, strict=True):
+        if threads != loaded:
+            setter(threads)
+    return not pools.unsized or threads == 1

@@ -44,7 +44,7 @@ from typing import Any, NoReturn, cast
 
 from ..worker import warm_protocol as protocol
 from ..worker.warm_protocol import Inbox, Op, Outbox, Received, encode, hang_bounds
-from . import marker, member, script, script_run, snakemake_side
+from . import marker, member, script, script_run, snakemake_side, thread_pools
 from .child import fork_clean, record_signals
 from .children import Children, Script, Server
 from .context import ZygoteContext, listening_address
@@ -146,7 +146,7 @@ class Zygote:
         task = str(request["key"])
         context = self.context
         reason = script.why_zygote_cannot(
-            request, context.base_env, context.initial_path, context.scripts.pools_reason
+            request, context.base_env, context.initial_path, context.pools.reason
         )
         if reason is not None:
             self.tasks.settle(task)
@@ -379,7 +379,9 @@ def main(argv: list[str] | None = None) -> None:
                 f"this process has no {marker.SLOT_VARIABLE} slot in /proc/self/environ "
                 "(not Linux?), so a forked job's processes could not carry their marker"
             )
-        nargs = snakemake_side.load()
+        with thread_pools.loading_with_one_thread():
+            nargs = snakemake_side.load()
+        pools = thread_pools.find_pools()
         scripts = script.install(address)
         threads = settle_threads()
         if threads > 1:
@@ -391,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         outbox.send(protocol.Failed(op=Op.FAILED, reason=reason))
         return
     base_env = {k: v for k, v in os.environ.items() if k != marker.SLOT_VARIABLE}
-    context = ZygoteContext(address, dispositions, initial_path, base_env, scripts)
+    context = ZygoteContext(address, dispositions, initial_path, base_env, scripts, pools)
     outbox.send(protocol.Ready(op=Op.READY, pid=os.getpid(), seconds=time.monotonic() - began))
     Zygote(sock, nargs, context).serve()
 
