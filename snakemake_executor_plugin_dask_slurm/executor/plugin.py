@@ -20,31 +20,34 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
 from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 
-from .. import snakemake_internals
-from ..clusters.base import ClusterSource
-from ..clusters.choose import local_worker_cpus, make_source
-from ..clusters.run_dir import RunFiles, check_run_dir
-from ..config import RunConfig, resolve
-from ..dispatch.again import Snakemake
-from ..dispatch.job_commands import JobCommandBuilder, requote_job_args
+from ..dispatch.job_commands import requote_job_args
 from ..dispatch.listeners import Listeners
-from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.registry import JobRegistry
 from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
-from ..errors import DaskSlurmError
 from ..report.messages import stopped_line
-from ..report.usage.write import root_problem
 from ..worker import quick_exit, timing
 from . import signals
-from .failures import Failures, Say
-from .run import Hooks, Run, launch, stop
 from .wakeup import Wakeup
+
+# The run's machinery (the cluster sources, the dispatcher, the failures, the usage
+# report) is imported when a run starts (``__post_init__``), not here: Snakemake's
+# executor registry imports this module in every Snakemake process of a machine where the
+# plugin is installed, whatever its executor, among them each warm process (its import of
+# Snakemake is what a small farm's first warm job waits for) and each cold job's own
+# Snakemake (tests/component/test_layering.py).
+if TYPE_CHECKING:
+    from ..clusters.base import ClusterSource
+    from ..clusters.run_dir import RunFiles
+    from ..config import RunConfig
+    from ..dispatch.outcomes import Finished, WorkerRef
+    from .failures import Failures
+    from .run import Run
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
@@ -92,6 +95,15 @@ class Executor(RemoteExecutor):
         self.logger.debug(f"dask-slurm: {line}")
 
     def __post_init__(self) -> None:
+        from .. import snakemake_internals
+        from ..clusters.choose import local_worker_cpus, make_source
+        from ..clusters.run_dir import check_run_dir
+        from ..config import resolve
+        from ..dispatch.job_commands import JobCommandBuilder
+        from ..errors import DaskSlurmError
+        from ..report.usage.write import root_problem
+        from .run import launch
+
         snakemake_internals.install(self._say)
         snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
         workdir = Path(self.workflow.workdir_init)
@@ -194,6 +206,10 @@ class Executor(RemoteExecutor):
             self._say(line)
 
     def _start(self, source: ClusterSource, files: RunFiles | None) -> None:
+        from ..dispatch.again import Snakemake
+        from .failures import Say
+        from .run import Hooks, Run
+
         hooks = Hooks(
             say=Say(self._say, self._warn, self._error, self._debug),
             snakemake=Snakemake(
@@ -372,6 +388,8 @@ class Executor(RemoteExecutor):
         source, files = self._pending_source, self._launched
         self._pending_source, self._launched = None, None
         if files is not None and source is not None:
+            from .run import stop
+
             stop(source, files)
 
 

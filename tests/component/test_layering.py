@@ -146,8 +146,11 @@ def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
 def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
     """Its own modules bring only warm/ and worker/; Snakemake's plugin registry then
     imports every executor plugin (this one's executor too, as `python -m snakemake`
-    does), but nothing of Dask. And what a job forked from it needs of `platform` for
-    Snakemake's log header is there: no `uname -p` per job (a subprocess would exit 2)."""
+    does), but nothing of Dask, and not the executor's run machinery (the cluster sources,
+    the failures, the usage report: imported when a run starts, ~60 ms of every warm
+    process's and cold job's start otherwise). And what a job forked from it needs of
+    `platform` for Snakemake's log header is there: no `uname -p` per job (a subprocess
+    would exit 2)."""
     warm = f"{NAME}.warm"
     probe = (
         f"import sys, {warm}.zygote, {warm}.primed, {warm}.child, {warm}.snakemake_side;"
@@ -158,7 +161,11 @@ def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
         "subprocess.check_output = lambda *a, **k: sys.exit(2);"
         "platform.platform();"
         "dask = sorted(m for m in sys.modules if m.split('.')[0] in ('distributed', 'dask'));"
-        "print(own, dask); sys.exit(1 if own or dask else 0)"
+        f"assert '{NAME}.executor.plugin' in sys.modules;"
+        f"run = sorted(m for m in sys.modules if m.startswith('{NAME}.') and "
+        f"(m.split('.')[1] == 'clusters' or m.startswith(('{NAME}.report.usage', "
+        f"'{NAME}.executor.run', '{NAME}.executor.failures', '{NAME}.dispatch.again'))));"
+        "print(own, dask, run); sys.exit(1 if own or dask or run else 0)"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
