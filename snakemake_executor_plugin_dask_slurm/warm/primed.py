@@ -136,8 +136,10 @@ class Server:
         pools = self.context.pools
         if not size_thread_pools(pools, os.environ):
             return (
-                f"its jobs' numpy needs more than one thread, and its {pools.unsized[0]} has "
-                "no thread setter this plugin knows (the warm process loaded it with one)"
+                "its jobs' numpy needs more than one thread, and the warm process's OpenBLAS "
+                f"(loaded with one) cannot be resized here ({pools.unsized[0]}: no thread "
+                "setter this plugin can use, or an OpenMP runtime whose thread count the "
+                "resize would change for every job)"
             )
         threads = settle_threads()  # (the pools' threads, started by the resize, end here)
         if threads > 1:

@@ -39,6 +39,8 @@ OPENBLAS_SYMBOLS = (
 #: Other runtimes that size a pool when they load (OpenMP, MKL, BLIS, TBB): with any of
 #: them loaded in the zygote, scripts go through the shell (no way to resize each here).
 OTHER_POOLS = ("libgomp", "libiomp", "libomp", "libmkl", "libblis", "libtbb")
+#: The OpenMP runtimes among them.
+OPENMP = ("libgomp", "libiomp", "libomp")
 
 
 def loaded_libraries(maps: str) -> list[str]:
@@ -118,8 +120,10 @@ class Pools:
 
     setters: tuple[Any, ...] = ()
     loaded: tuple[int, ...] = ()
-    #: Loaded OpenBLAS libraries without a setter this plugin knows (loaded with one
-    #: thread: a process that needs more cannot have them).
+    #: Loaded OpenBLAS libraries without a setter this plugin knows or could reach
+    #: (loaded with one thread: a process that needs more cannot have them), and an
+    #: OpenMP runtime, whose thread count an OpenMP build of OpenBLAS's setter would also
+    #: set for every job forked after it.
     unsized: tuple[str, ...] = ()
     #: Why a script cannot run in a fork of the zygote (another runtime that sized a pool
     #: at load, or an OpenBLAS of ``unsized``): it goes through the shell.
@@ -135,10 +139,15 @@ def find_pools() -> Pools:
         return Pools(reason=f"its loaded libraries could not be read ({e})")
     openblas, reason = thread_pool_libraries(paths)
     setters, loaded, unsized = [], [], []
+    openmp = [os.path.basename(p) for p in paths if os.path.basename(p).startswith(OPENMP)]
     for path in openblas:
+        if openmp:
+            unsized.append(openmp[0])
+            break
         try:
             library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         except OSError:
+            unsized.append(os.path.basename(path))
             continue
         for setter, getter in OPENBLAS_SYMBOLS:
             if hasattr(library, setter) and hasattr(library, getter):
