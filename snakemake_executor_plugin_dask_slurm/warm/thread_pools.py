@@ -36,11 +36,12 @@ OPENBLAS_SYMBOLS = (
     ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
     ("openblas_set_num_threads", "openblas_get_num_threads"),
 )
+#: OpenMP runtimes: loaded beside OpenBLAS, a resize would also set every job's OpenMP
+#: thread count (an OpenMP build's setter calls ``omp_set_num_threads``).
+OPENMP = ("libgomp", "libiomp", "libomp")
 #: Other runtimes that size a pool when they load (OpenMP, MKL, BLIS, TBB): with any of
 #: them loaded in the zygote, scripts go through the shell (no way to resize each here).
-OTHER_POOLS = ("libgomp", "libiomp", "libomp", "libmkl", "libblis", "libtbb")
-#: The OpenMP runtimes among them.
-OPENMP = ("libgomp", "libiomp", "libomp")
+OTHER_POOLS = (*OPENMP, "libmkl", "libblis", "libtbb")
 
 
 def loaded_libraries(maps: str) -> list[str]:
@@ -137,13 +138,12 @@ def find_pools() -> Pools:
             paths = loaded_libraries(f.read())
     except OSError as e:
         return Pools(reason=f"its loaded libraries could not be read ({e})")
-    openblas, reason = thread_pool_libraries(paths)
+    openblas, reason = thread_pool_libraries(paths)  # (a reason if OpenMP is loaded)
+    openmp = [name for name in map(os.path.basename, paths) if name.startswith(OPENMP)]
+    if openblas and openmp:  # an OpenMP build's setter would set every job's OpenMP threads
+        return Pools(unsized=(openmp[0],), reason=reason)
     setters, loaded, unsized = [], [], []
-    openmp = [os.path.basename(p) for p in paths if os.path.basename(p).startswith(OPENMP)]
     for path in openblas:
-        if openmp:
-            unsized.append(openmp[0])
-            break
         try:
             library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
         except OSError:
