@@ -93,6 +93,7 @@ def _chore(chore: Callable[[], object]) -> None:
 def dask_setup(worker: Any) -> None:
     """Worker preload hook: adopt the jobs' orphans, and end those of finished jobs."""
     JOBS.in_worker = True
+    JOBS.closing = False
     JOBS.landing_at = landing_from_env(os.environ)
     os.environ.pop(proctree.JOB_MARKER, None)  # the worker's own children are no job's
     timing.open_task_log()
@@ -116,6 +117,7 @@ def dask_setup(worker: Any) -> None:
 def dask_teardown(worker: Any) -> None:
     """Worker preload hook: a closing worker takes its jobs' processes with it, after
     noting which ones it ran for its supervisor's record (see :mod:`.supervisor`)."""
+    JOBS.closing = True
     _note_running(str(getattr(worker, "name", "")))
     end_running_jobs(KILL_GRACE_SECONDS)
     proctree.kill_all_below(os.getpid(), timeout=1.0)
@@ -125,7 +127,7 @@ def _note_running(name: str) -> None:
     from .supervisor import RECORD_DIR_VARIABLE, running_path
 
     directory = os.environ.get(RECORD_DIR_VARIABLE)
-    keys = JOBS.keys()
+    keys = JOBS.ran_lately()
     if not directory or not keys:
         return
     with contextlib.suppress(OSError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Protocol
 
 from . import proctree
@@ -20,6 +21,17 @@ from .waiting import wait_until
 KILL_GRACE_SECONDS = 3.0
 #: Looks for daemons after a job ended: one of them may fork while it is being killed.
 SCANS_AFTER_AN_END = 2
+#: How long a job killed by a signal is still named in a closing worker's note of the jobs
+#: it ran (:meth:`RunningJobs.ran_lately`). A cancelled SLURM job's processes all get
+#: SIGTERM at once: its jobs may end before their worker's teardown, their outcomes never
+#: sent; they were running when the worker died all the same.
+KILLED_LATELY_SECONDS = 60.0
+#: How long the outcome of a job killed from outside (not by the plugin, not by its worker's
+#: close) waits: the signal may be ending the worker too (a cancelled SLURM job), which then
+#: starts no other job (distributed's worker starts none once it closes, and it begins to
+#: close within milliseconds of the signal). Without the wait, the freed slot would start a
+#: waiting job just to kill it. Such kills are rare (scancel, the kernel's OOM killer).
+OUTSIDE_KILL_PAUSE = 0.5
 
 
 class Proc(Protocol):
@@ -55,6 +67,11 @@ class RunningJobs:
         self.in_worker = False
         #: This worker's landing point (None: no time limit), from its environment.
         self.landing_at: float | None = None
+        #: When each job killed from outside within KILLED_LATELY_SECONDS ended
+        #: (monotonic), oldest first.
+        self.killed_at: dict[str, float] = {}
+        #: Set by the worker's teardown: the jobs it ends are not killed from outside.
+        self.closing = False
 
     # -- a job's start and end (worker.task) --------------------------------------------------
 
@@ -86,12 +103,28 @@ class RunningJobs:
         with self.lock:
             return key in self.stopped
 
-    def finish(self, key: str, proc: Proc) -> Proc:
-        """The job ``key`` ended: its last registered process (``proc`` if none)."""
+    def finish(self, key: str, proc: Proc, killed: bool) -> tuple[Proc, bool]:
+        """The job ``key`` ended (``killed``: by a signal, as far as its exit status
+        says): its last registered process (``proc`` if none), and whether the signal came
+        from outside (neither the plugin's stop nor this worker's close sent it)."""
         with self.lock:
             last = self.running.pop(key, proc)
             self.began.pop(key, None)
-        return last
+            outside = killed and not self.closing and key not in self.stopped
+            if outside:
+                self._note_killed(key)
+        return last, outside
+
+    def _note_killed(self, key: str) -> None:
+        now = time.monotonic()
+        killed_at = self.killed_at
+        killed_at.pop(key, None)  # a key run again here goes last: oldest first holds
+        killed_at[key] = now
+        while True:  # forget those killed before the window (this one stops the loop)
+            oldest = next(iter(killed_at))
+            if killed_at[oldest] > now - KILLED_LATELY_SECONDS:
+                break
+            del killed_at[oldest]
 
     def ended(self) -> None:
         """A job ended: its daemons (if it left any) are to be looked for."""
@@ -122,6 +155,15 @@ class RunningJobs:
     def keys(self) -> list[str]:
         with self.lock:
             return sorted(self.running)
+
+    def ran_lately(self) -> list[str]:
+        """The jobs running, and those killed from outside within KILLED_LATELY_SECONDS:
+        what a closing worker notes as the jobs it was running (the plugin asks only about
+        those of them whose outcomes it never got)."""
+        now = time.monotonic()
+        with self.lock:
+            lately = (k for k, t in self.killed_at.items() if t > now - KILLED_LATELY_SECONDS)
+            return sorted({*self.running, *lately})
 
     def procs(self) -> list[Proc]:
         with self.lock:

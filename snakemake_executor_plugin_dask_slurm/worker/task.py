@@ -31,7 +31,14 @@ from .logtail import read_tail
 from .preload import STARTED_TOPIC as STARTED_TOPIC  # the topic, for the plugin's side
 from .preload import dask_setup as dask_setup  # Dask looks for the hooks here
 from .preload import dask_teardown as dask_teardown
-from .running import JOBS, KILL_GRACE_SECONDS, end_running_jobs, kill_later, signal_group
+from .running import (
+    JOBS,
+    KILL_GRACE_SECONDS,
+    OUTSIDE_KILL_PAUSE,
+    end_running_jobs,
+    kill_later,
+    signal_group,
+)
 from .waiting import Deadline
 from .warm_host import WarmLost, WarmProc
 from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, TooLate, Usage
@@ -212,7 +219,8 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
-        last = JOBS.finish(spec.key, proc)
+        # Killed: its shell died of a signal, or told of one (128 + its number).
+        last, outside = JOBS.finish(spec.key, proc, killed=returncode < 0 or returncode > 128)
         signal_group(proc, signal.SIGKILL)
         signal_group(last, signal.SIGKILL)
         JOBS.ended()
@@ -221,6 +229,8 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
                 drain(proc.stdout, log)
             log.close(keep=returncode != 0)
         timing.task_done(spec.key, started, time.time())
+    if outside:  # is the worker being ended with it? Then it is to start nothing more.
+        time.sleep(OUTSIDE_KILL_PAUSE)
     usage = None
     if rusage is not None:
         cpu, maxrss = rusage

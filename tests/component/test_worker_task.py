@@ -5,18 +5,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.worker import preload
+from snakemake_executor_plugin_dask_slurm.worker import preload, running
 from snakemake_executor_plugin_dask_slurm.worker import task as worker_task
 from snakemake_executor_plugin_dask_slurm.worker.job_log import keep_log
 from snakemake_executor_plugin_dask_slurm.worker.running import JOBS, SCANS_AFTER_AN_END
+from snakemake_executor_plugin_dask_slurm.worker.supervisor import (
+    RECORD_DIR_VARIABLE,
+    take_running_keys,
+)
 from snakemake_executor_plugin_dask_slurm.worker.task import (
     kill_tasks,
     read_tail,
@@ -39,6 +45,7 @@ def fresh_worker_state() -> Iterator[None]:
     JOBS.stopped.clear()
     JOBS.newly_started.clear()
     JOBS.landing_at = None
+    JOBS.closing = False
     yield
     JOBS.landing_at = None
 
@@ -160,6 +167,38 @@ def test_dask_teardown_kills_running_jobs(tmp_path: Path) -> None:
     worker_task.dask_teardown(worker=None)
     thread.join(10)
     assert result[0].returncode == -15
+
+
+def test_a_closing_worker_names_the_jobs_that_ended_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scancel signals a worker job's every process at once: a job may end before its
+    worker's teardown, its outcome never sent. The worker's note for its supervisor still
+    names it (it was running when the worker died); one killed long before, or one that
+    exited on its own, is not named."""
+    records = tmp_path / "records"
+    monkeypatch.setenv(RECORD_DIR_VARIABLE, str(records))
+    monkeypatch.setattr(running, "KILLED_LATELY_SECONDS", 2.0)
+    assert run_outcome(spec(tmp_path, "kill -TERM $$", key="long-ago")).returncode == -15
+    time.sleep(2.1)
+    assert run_outcome(spec(tmp_path, "exit 3", key="failed")).returncode == 3
+    assert run_outcome(spec(tmp_path, "true", key="succeeded")).returncode == 0
+    result: list[worker_task.TaskOutcome] = []
+    pid = tmp_path / "pid"
+    script = f"echo $$ > {pid}; exec sleep 60"
+    thread = threading.Thread(
+        target=lambda: result.append(run_outcome(spec(tmp_path, script, key="cancelled")))
+    )
+    thread.start()
+    eventually("the job running", lambda: "cancelled" in running_tasks() and pid.exists(), 10)
+    os.kill(int(pid.read_text()), signal.SIGTERM)  # as SLURM's cancel does
+    killed = time.monotonic()
+    thread.join(10)
+    # Its outcome waited: a worker ended with it would start no other job meanwhile.
+    assert time.monotonic() - killed >= running.OUTSIDE_KILL_PAUSE
+    assert result[0].returncode == -15 and running_tasks() == []
+    worker_task.dask_teardown(worker=types.SimpleNamespace(name="w1"))
+    assert take_running_keys(records, "w1", os.getpid()) == ["cancelled"]
 
 
 def test_read_tail(tmp_path: Path) -> None:
