@@ -21,16 +21,18 @@ from .waiting import wait_until
 KILL_GRACE_SECONDS = 3.0
 #: Looks for daemons after a job ended: one of them may fork while it is being killed.
 SCANS_AFTER_AN_END = 2
-#: How long a job killed by a signal is still named in a closing worker's note of the jobs
-#: it ran (:meth:`RunningJobs.ran_lately`). A cancelled SLURM job's processes all get
-#: SIGTERM at once: its jobs may end before their worker's teardown, their outcomes never
-#: sent; they were running when the worker died all the same.
-KILLED_LATELY_SECONDS = 60.0
-#: How long the outcome of a job killed from outside (not by the plugin, not by its worker's
-#: close) waits: the signal may be ending the worker too (a cancelled SLURM job), which then
-#: starts no other job (distributed's worker starts none once it closes, and it begins to
-#: close within milliseconds of the signal). Without the wait, the freed slot would start a
-#: waiting job just to kill it. Such kills are rare (scancel, the kernel's OOM killer).
+#: How long a job that failed is still named in a closing worker's note of the jobs it ran
+#: (:meth:`RunningJobs.ran_lately`). A cancelled SLURM job's processes all get SIGTERM at
+#: once: its jobs may end (by the signal, or a job's Snakemake that exits 1 on it) before
+#: their worker's teardown, their outcomes never sent; they were running when the worker
+#: died all the same.
+FAILED_LATELY_SECONDS = 60.0
+#: How long the outcome of a job killed by a signal from outside (not the plugin's stop,
+#: not its worker's close) waits: the signal may be ending the worker too (a cancelled
+#: SLURM job), which then starts no other job (distributed's worker starts none once it
+#: closes, and it begins to close within milliseconds of the signal). Without the wait, the
+#: freed slot would start a waiting job just for the teardown to kill it. Such kills are
+#: rare (scancel, the kernel's OOM killer).
 OUTSIDE_KILL_PAUSE = 0.5
 
 
@@ -67,10 +69,10 @@ class RunningJobs:
         self.in_worker = False
         #: This worker's landing point (None: no time limit), from its environment.
         self.landing_at: float | None = None
-        #: When each job killed from outside within KILLED_LATELY_SECONDS ended
-        #: (monotonic), oldest first.
-        self.killed_at: dict[str, float] = {}
-        #: Set by the worker's teardown: the jobs it ends are not killed from outside.
+        #: When each job that failed within FAILED_LATELY_SECONDS ended (monotonic),
+        #: oldest first; not those the plugin stopped or this worker's close ended.
+        self.failed_at: dict[str, float] = {}
+        #: Set by the worker's teardown: the jobs it ends are not ended from outside.
         self.closing = False
 
     # -- a job's start and end (worker.task) --------------------------------------------------
@@ -103,28 +105,29 @@ class RunningJobs:
         with self.lock:
             return key in self.stopped
 
-    def finish(self, key: str, proc: Proc, killed: bool) -> tuple[Proc, bool]:
-        """The job ``key`` ended (``killed``: by a signal, as far as its exit status
-        says): its last registered process (``proc`` if none), and whether the signal came
-        from outside (neither the plugin's stop nor this worker's close sent it)."""
+    def finish(self, key: str, proc: Proc, returncode: int) -> tuple[Proc, bool]:
+        """The job ``key`` ended with ``returncode``: its last registered process
+        (``proc`` if none), and whether a signal from outside killed it (its shell died of
+        one, or told of one: 128 + its number), neither the plugin's stop nor this
+        worker's close."""
         with self.lock:
             last = self.running.pop(key, proc)
             self.began.pop(key, None)
-            outside = killed and not self.closing and key not in self.stopped
+            outside = returncode != 0 and not self.closing and key not in self.stopped
             if outside:
-                self._note_killed(key)
-        return last, outside
+                self._note_failed(key)
+        return last, outside and (returncode < 0 or returncode > 128)
 
-    def _note_killed(self, key: str) -> None:
+    def _note_failed(self, key: str) -> None:
         now = time.monotonic()
-        killed_at = self.killed_at
-        killed_at.pop(key, None)  # a key run again here goes last: oldest first holds
-        killed_at[key] = now
-        while True:  # forget those killed before the window (this one stops the loop)
-            oldest = next(iter(killed_at))
-            if killed_at[oldest] > now - KILLED_LATELY_SECONDS:
+        failed_at = self.failed_at
+        failed_at.pop(key, None)  # a key run again here goes last: oldest first holds
+        failed_at[key] = now
+        while True:  # forget those that failed before the window (this one stops the loop)
+            oldest = next(iter(failed_at))
+            if failed_at[oldest] > now - FAILED_LATELY_SECONDS:
                 break
-            del killed_at[oldest]
+            del failed_at[oldest]
 
     def ended(self) -> None:
         """A job ended: its daemons (if it left any) are to be looked for."""
@@ -157,12 +160,12 @@ class RunningJobs:
             return sorted(self.running)
 
     def ran_lately(self) -> list[str]:
-        """The jobs running, and those killed from outside within KILLED_LATELY_SECONDS:
-        what a closing worker notes as the jobs it was running (the plugin asks only about
-        those of them whose outcomes it never got)."""
+        """The jobs running, and those that failed within FAILED_LATELY_SECONDS: what a
+        closing worker notes as the jobs it was running (the plugin asks only about those
+        of them whose outcomes it never got)."""
         now = time.monotonic()
         with self.lock:
-            lately = (k for k, t in self.killed_at.items() if t > now - KILLED_LATELY_SECONDS)
+            lately = (k for k, t in self.failed_at.items() if t > now - FAILED_LATELY_SECONDS)
             return sorted({*self.running, *lately})
 
     def procs(self) -> list[Proc]:

@@ -219,8 +219,7 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
-        # Killed: its shell died of a signal, or told of one (128 + its number).
-        last, outside = JOBS.finish(spec.key, proc, killed=returncode < 0 or returncode > 128)
+        last, killed = JOBS.finish(spec.key, proc, returncode)
         signal_group(proc, signal.SIGKILL)
         signal_group(last, signal.SIGKILL)
         JOBS.ended()
@@ -229,7 +228,7 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
                 drain(proc.stdout, log)
             log.close(keep=returncode != 0)
         timing.task_done(spec.key, started, time.time())
-    if outside:  # is the worker being ended with it? Then it is to start nothing more.
+    if killed:  # from outside: is the worker being ended with it? Then it starts no more.
         time.sleep(OUTSIDE_KILL_PAUSE)
     usage = None
     if rusage is not None:

@@ -174,31 +174,45 @@ def test_a_closing_worker_names_the_jobs_that_ended_under_it(
 ) -> None:
     """scancel signals a worker job's every process at once: a job may end before its
     worker's teardown, its outcome never sent. The worker's note for its supervisor still
-    names it (it was running when the worker died); one killed long before, or one that
-    exited on its own, is not named."""
+    names it (it was running when the worker died), whether the signal killed it or it
+    exited on it (a job's Snakemake exits 1); one that failed long before, or succeeded, is
+    not named. A job killed by the signal holds its slot a moment: a worker being ended
+    with it starts no other job meanwhile."""
     records = tmp_path / "records"
     monkeypatch.setenv(RECORD_DIR_VARIABLE, str(records))
-    monkeypatch.setattr(running, "KILLED_LATELY_SECONDS", 2.0)
-    assert run_outcome(spec(tmp_path, "kill -TERM $$", key="long-ago")).returncode == -15
+    monkeypatch.setattr(running, "FAILED_LATELY_SECONDS", 2.0)
+    assert run_outcome(spec(tmp_path, "exit 3", key="long-ago")).returncode == 3
     time.sleep(2.1)
-    assert run_outcome(spec(tmp_path, "exit 3", key="failed")).returncode == 3
     assert run_outcome(spec(tmp_path, "true", key="succeeded")).returncode == 0
-    result: list[worker_task.TaskOutcome] = []
-    pid = tmp_path / "pid"
-    script = f"echo $$ > {pid}; exec sleep 60"
-    thread = threading.Thread(
-        target=lambda: result.append(run_outcome(spec(tmp_path, script, key="cancelled")))
+    scripts = {
+        "cancelled": "echo $$ > cancelled.pid; exec sleep 60",
+        "graceful": "trap 'exit 1' TERM; echo $$ > graceful.pid; sleep 60 & wait",
+    }
+    ended: dict[str, tuple[worker_task.TaskOutcome, float]] = {}
+
+    def run(key: str) -> None:
+        outcome = run_outcome(spec(tmp_path, scripts[key], key=key))
+        ended[key] = outcome, time.monotonic()
+
+    threads = [threading.Thread(target=run, args=(key,)) for key in scripts]
+    for thread in threads:
+        thread.start()
+    pids = [tmp_path / f"{key}.pid" for key in scripts]
+    eventually(
+        "the jobs running",
+        lambda: set(running_tasks()) == set(scripts) and all(p.exists() for p in pids),
+        10,
     )
-    thread.start()
-    eventually("the job running", lambda: "cancelled" in running_tasks() and pid.exists(), 10)
-    os.kill(int(pid.read_text()), signal.SIGTERM)  # as SLURM's cancel does
     killed = time.monotonic()
-    thread.join(10)
-    # Its outcome waited: a worker ended with it would start no other job meanwhile.
-    assert time.monotonic() - killed >= running.OUTSIDE_KILL_PAUSE
-    assert result[0].returncode == -15 and running_tasks() == []
+    for pid in pids:
+        os.kill(int(pid.read_text()), signal.SIGTERM)  # as SLURM's cancel does
+    for thread in threads:
+        thread.join(10)
+    assert ended["cancelled"][0].returncode == -15 and ended["graceful"][0].returncode == 1
+    assert ended["cancelled"][1] - killed >= running.OUTSIDE_KILL_PAUSE
+    assert running_tasks() == []
     worker_task.dask_teardown(worker=types.SimpleNamespace(name="w1"))
-    assert take_running_keys(records, "w1", os.getpid()) == ["cancelled"]
+    assert take_running_keys(records, "w1", os.getpid()) == ["cancelled", "graceful"]
 
 
 def test_read_tail(tmp_path: Path) -> None:
