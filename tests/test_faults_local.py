@@ -181,7 +181,7 @@ def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, dae
         f'    shell: "{DAEMONS[daemon]} sleep 0.5; echo ok > {{output}}"\n'
         # a later job, so that the run goes on after the daemon's job ended
         'rule later:\n    input: "done.txt"\n    output: "later.txt"\n'
-        f'    shell: "sleep 3; echo {no_leftovers} > {{output}}"\n'
+        f'    shell: "sleep 6; echo {no_leftovers} > {{output}}"\n'
     )
     env = Workflow(tmp_path, no_leftovers).env()
     proc = subprocess.Popen(
@@ -192,9 +192,13 @@ def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, dae
     eventually(
         "done.txt", done.exists, 60, check=still_running(proc, lambda: proc.communicate()[0])
     )
-    time.sleep(2.0)  # the worker looks for orphans of finished jobs every second
-    daemons = sleeping_in(tmp_path)
-    assert proc.poll() is None, "the run ended too early to check the daemon"
-    assert not daemons, f"{daemon}: the job's daemon outlived its job: {daemons}"
+    # The worker looks for orphans of finished jobs every second; they are gone while the
+    # run goes on (its end would stop them anyway).
+    eventually(
+        f"{daemon}: the job's daemon ended while the run goes on",
+        lambda: not sleeping_in(tmp_path),
+        5,
+        check=still_running(proc, lambda: proc.communicate()[0]),
+    )
     code, output = finish(proc)
     assert code == 0, output

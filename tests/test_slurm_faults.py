@@ -191,7 +191,7 @@ def test_daemons_of_jobs_on_the_nodes_end_with_their_jobs(
     (tmp_path / "Snakefile").write_text(
         f'rule all:\n    input: "later.txt"\n{rules}'
         f"rule later:\n    input: {[f'd{i}.txt' for i in range(len(daemons))]}\n"
-        f'    output: "later.txt"\n    shell: "sleep 4; echo {no_leftovers} > {{output}}"\n'
+        f'    output: "later.txt"\n    shell: "sleep 7; echo {no_leftovers} > {{output}}"\n'
     )
     with slurm_cluster.salloc_background(
         f"daemons-{no_leftovers}",
@@ -205,10 +205,14 @@ def test_daemons_of_jobs_on_the_nodes_end_with_their_jobs(
             120,
             check=still_running(proc),
         )
-        time.sleep(2.0)  # each worker looks for orphans of finished jobs every second
-        left = sleeping_in(tmp_path)
-        assert proc.poll() is None, "the run ended too early to check the daemons"
-        assert not left, f"daemons outlived their jobs on the nodes: {left}"
+        # Each worker looks for orphans of finished jobs every second; they are gone while
+        # the run goes on (its end would stop them anyway).
+        eventually(
+            "the daemons ended on the nodes while the run goes on",
+            lambda: not sleeping_in(tmp_path),
+            5,
+            check=still_running(proc),
+        )
         code, output = finish(proc)
         assert code == 0, output
 

@@ -171,7 +171,7 @@ def test_stop_does_not_wait_for_tasks_no_worker_can_run(client: Client, tmp_path
     started = time.monotonic()
     dispatcher.stop(keys)
     results = wait_for(dispatcher, 3, woken)
-    assert time.monotonic() - started < 2, "stop waited out the kill's grace period"
+    assert time.monotonic() - started < 4, "stop waited out the kill's grace period (5 s)"
     assert all((r.problem or "").startswith("its Dask task was cancelled") for r in results)
     assert not list(tmp_path.glob("*.started"))
 

@@ -62,7 +62,7 @@ def started_on(seconds: float) -> tuple[str, float]:
 
 def test_a_joining_worker_gets_work_at_once() -> None:
     """Dask's own stealing round is set to 10 s here: only the preload's stealing on
-    arrival can give the new worker a task within a second."""
+    arrival can give the new worker a task within seconds."""
     import dask
 
     with (
@@ -71,11 +71,13 @@ def test_a_joining_worker_gets_work_at_once() -> None:
     ):
         client.run_on_scheduler(lambda dask_scheduler: dask_setup(dask_scheduler))
         futures = client.map(started_on, [0.5] * 40, resources={"cpus": 1}, pure=False)
-        time.sleep(1.2)  # the first rounds run, and their durations are known
+        # The first rounds run, and their durations are known.
+        eventually("two tasks done", lambda: sum(f.done() for f in futures) >= 2, 20)
         cluster.scale(2)
         client.wait_for_workers(2, timeout=20)
         joined = time.time()
         results = client.gather(futures)
         on_new = [began for name, began in results if name != "0"]
         assert on_new, results
-        assert min(on_new) - joined < 1.0, min(on_new) - joined
+        # Dask's own round would come after 10 s: 3 leaves a loaded machine room.
+        assert min(on_new) - joined < 3.0, min(on_new) - joined

@@ -46,6 +46,7 @@ def fresh_worker_state() -> Iterator[None]:
     JOBS.newly_started.clear()
     JOBS.landing_at = None
     JOBS.closing = False
+    JOBS.failed_at.clear()
     yield
     JOBS.landing_at = None
 
@@ -180,9 +181,8 @@ def test_a_closing_worker_names_the_jobs_that_ended_under_it(
     with it starts no other job meanwhile."""
     records = tmp_path / "records"
     monkeypatch.setenv(RECORD_DIR_VARIABLE, str(records))
-    monkeypatch.setattr(running, "FAILED_LATELY_SECONDS", 2.0)
     assert run_outcome(spec(tmp_path, "exit 3", key="long-ago")).returncode == 3
-    time.sleep(2.1)
+    JOBS.failed_at["long-ago"] -= running.FAILED_LATELY_SECONDS + 1  # it failed long ago
     assert run_outcome(spec(tmp_path, "true", key="succeeded")).returncode == 0
     scripts = {
         "cancelled": "echo $$ > cancelled.pid; exec sleep 60",
