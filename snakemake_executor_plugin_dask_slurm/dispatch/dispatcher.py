@@ -175,6 +175,12 @@ class Dispatcher:
             self._finished.append(finished)
         self._notify()
 
+    def note_ran(self, key: str) -> None:
+        """The job of ``key`` is known to have run: its failure came from its worker, which
+        is then taken for lost with its worker job (see executor/failures.py)."""
+        with self._lock:
+            self._ran.add(key)
+
     def ran(self, key: str) -> bool:
         """Whether the job of ``key``, lost with its worker, is known to have run there:
         its worker said it started, or its own outcome came after all."""

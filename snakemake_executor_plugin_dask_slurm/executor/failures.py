@@ -143,6 +143,8 @@ class Failures:
         growth = self.source.growth
         assert finished.on is not None and growth is not None  # routed so: on a worker job
         if growth.lost_with_its_job(finished.on.name, noticed):
+            if finished.outcome is not None and not finished.outcome.start_error:
+                self.dispatcher.note_ran(finished.key)  # its failure says it ran there
             self.say.info(
                 f"job {finished.key} failed as its worker job ended under it: it runs "
                 "again elsewhere once its processes are gone"

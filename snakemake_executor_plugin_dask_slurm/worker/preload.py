@@ -117,7 +117,6 @@ def dask_setup(worker: Any) -> None:
 def dask_teardown(worker: Any) -> None:
     """Worker preload hook: a closing worker takes its jobs' processes with it, after
     noting which ones it ran for its supervisor's record (see :mod:`.supervisor`)."""
-    JOBS.closing = True
     _note_running(str(getattr(worker, "name", "")))
     end_running_jobs(KILL_GRACE_SECONDS)
     proctree.kill_all_below(os.getpid(), timeout=1.0)
@@ -126,8 +125,9 @@ def dask_teardown(worker: Any) -> None:
 def _note_running(name: str) -> None:
     from .supervisor import RECORD_DIR_VARIABLE, running_path
 
+    # After the import: a job failing meanwhile is still one of those it ran.
+    keys = JOBS.close()
     directory = os.environ.get(RECORD_DIR_VARIABLE)
-    keys = JOBS.ran_lately()
     if not directory or not keys:
         return
     with contextlib.suppress(OSError):

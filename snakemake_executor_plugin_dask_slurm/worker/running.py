@@ -27,13 +27,19 @@ SCANS_AFTER_AN_END = 2
 #: their worker's teardown, their outcomes never sent; they were running when the worker
 #: died all the same.
 FAILED_LATELY_SECONDS = 60.0
-#: How long the outcome of a job killed by a signal from outside (not the plugin's stop,
-#: not its worker's close) waits: the signal may be ending the worker too (a cancelled
-#: SLURM job), which then starts no other job (distributed's worker starts none once it
-#: closes, and it begins to close within milliseconds of the signal). Without the wait, the
-#: freed slot would start a waiting job just for the teardown to kill it. Such kills are
-#: rare (scancel, the kernel's OOM killer).
+#: How long a job killed from outside by the signals that end a SLURM job (SIGTERM, then
+#: SIGKILL; not the plugin's stop, not its worker's close) holds its slot before it is
+#: taken off: the signal may be ending the worker too (a cancelled SLURM job), which then
+#: starts no other job (distributed's worker starts none once it closes, and it begins to
+#: close within milliseconds of the signal). Without the wait, the freed slot would start a
+#: waiting job just for the teardown to kill it. Such kills are rare (scancel, the
+#: kernel's OOM killer).
 OUTSIDE_KILL_PAUSE = 0.5
+#: Exit statuses of a job those signals killed: its process died of one, or its shell
+#: told of one (128 + its number).
+KILLED_STATUSES = frozenset(
+    code for sig in (signal.SIGTERM, signal.SIGKILL) for code in (-sig, 128 + sig)
+)
 
 
 class Proc(Protocol):
@@ -105,25 +111,32 @@ class RunningJobs:
         with self.lock:
             return key in self.stopped
 
-    def finish(self, key: str, proc: Proc, returncode: int) -> tuple[Proc, bool]:
-        """The job ``key`` ended with ``returncode``: its last registered process
-        (``proc`` if none), and whether a signal from outside killed it (its shell died of
-        one, or told of one: 128 + its number), neither the plugin's stop nor this
-        worker's close."""
+    def killed_from_outside(self, key: str, returncode: int) -> bool:
+        """Whether the job ``key``, ended with ``returncode``, was killed by SLURM's
+        signals from outside: neither the plugin's stop nor this worker's close."""
+        if returncode not in KILLED_STATUSES:
+            return False
+        with self.lock:
+            return not self.closing and key not in self.stopped
+
+    def finish(self, key: str, proc: Proc, returncode: int) -> Proc:
+        """The job ``key`` ended with ``returncode`` (-1 also when its wait failed):
+        its last registered process (``proc`` if none). One that failed, neither stopped
+        by the plugin nor ended by this worker's close, is remembered a while
+        (:meth:`ran_lately`)."""
         with self.lock:
             last = self.running.pop(key, proc)
             self.began.pop(key, None)
-            outside = returncode != 0 and not self.closing and key not in self.stopped
-            if outside:
+            if returncode != 0 and not self.closing and key not in self.stopped:
                 self._note_failed(key)
-        return last, outside and (returncode < 0 or returncode > 128)
+        return last
 
     def _note_failed(self, key: str) -> None:
         now = time.monotonic()
         failed_at = self.failed_at
         failed_at.pop(key, None)  # a key run again here goes last: oldest first holds
         failed_at[key] = now
-        while True:  # forget those that failed before the window (this one stops the loop)
+        while failed_at:  # forget those that failed before the window, oldest first
             oldest = next(iter(failed_at))
             if failed_at[oldest] > now - FAILED_LATELY_SECONDS:
                 break
@@ -160,13 +173,22 @@ class RunningJobs:
             return sorted(self.running)
 
     def ran_lately(self) -> list[str]:
-        """The jobs running, and those that failed within FAILED_LATELY_SECONDS: what a
-        closing worker notes as the jobs it was running (the plugin asks only about those
-        of them whose outcomes it never got)."""
-        now = time.monotonic()
+        """The jobs running, and those that failed within FAILED_LATELY_SECONDS (see
+        :meth:`finish`)."""
         with self.lock:
-            lately = (k for k, t in self.failed_at.items() if t > now - FAILED_LATELY_SECONDS)
-            return sorted({*self.running, *lately})
+            return self._ran_lately()
+
+    def close(self) -> list[str]:
+        """This worker closes: the jobs it ends from now on are its own doing, not failures
+        from outside. The jobs it was running (:meth:`ran_lately`), taken at that moment."""
+        with self.lock:
+            self.closing = True
+            return self._ran_lately()
+
+    def _ran_lately(self) -> list[str]:
+        now = time.monotonic()
+        lately = (k for k, t in self.failed_at.items() if t > now - FAILED_LATELY_SECONDS)
+        return sorted({*self.running, *lately})
 
     def procs(self) -> list[Proc]:
         with self.lock:

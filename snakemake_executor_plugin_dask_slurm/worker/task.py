@@ -163,7 +163,9 @@ def _run_cold_after_loss(
             "it is not run again, so that no two copies run"
         )
         raise JobFailed(TaskOutcome(-1, host, started, time.time(), "", error))
-    stopped = JOBS.is_stopped(spec.key)
+    # Not again the cold way if it was stopped, or its worker closes (the signal that
+    # ended its warm process ends the worker too).
+    stopped = JOBS.is_stopped(spec.key) or JOBS.closing
     log = JobLog(spec.log_path, append=True)
     if stopped:
         return -signal.SIGKILL, f"lost with its warm process: {reason}", log
@@ -219,8 +221,12 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
         wall = time.monotonic() - clock
     finally:
         # What the job left in its process group (``cmd &``, ``nohup cmd &``) ends with it.
-        last, killed = JOBS.finish(spec.key, proc, returncode)
         signal_group(proc, signal.SIGKILL)
+        if JOBS.killed_from_outside(spec.key, returncode):
+            # Is its worker being ended with it? Then the slot is to start no other job:
+            # it stays taken a moment (see OUTSIDE_KILL_PAUSE).
+            time.sleep(OUTSIDE_KILL_PAUSE)
+        last = JOBS.finish(spec.key, proc, returncode)
         signal_group(last, signal.SIGKILL)
         JOBS.ended()
         if log is not None:
@@ -228,8 +234,6 @@ def run_measured(spec: TaskSpec, worker: str = "") -> tuple[TaskOutcome, Usage |
                 drain(proc.stdout, log)
             log.close(keep=returncode != 0)
         timing.task_done(spec.key, started, time.time())
-    if killed:  # from outside: is the worker being ended with it? Then it starts no more.
-        time.sleep(OUTSIDE_KILL_PAUSE)
     usage = None
     if rusage is not None:
         cpu, maxrss = rusage

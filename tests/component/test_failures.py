@@ -79,6 +79,8 @@ class FakeSource(ClusterSource):
         self.workers_stopped = threading.Event()
         self.workers_stopped.set()
         self.swept: list[tuple[str, list[str]]] = []
+        #: Whether a sweep finds the jobs' processes (they were running when it looked).
+        self.sweep_finds_them = True
 
     def start(self) -> Client:
         raise AssertionError("not started here")
@@ -97,7 +99,7 @@ class FakeSource(ClusterSource):
 
     def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:
         self.swept.append((worker, list(keys)))
-        return Swept("swept its node", tuple(keys))
+        return Swept("swept its node", tuple(keys) if self.sweep_finds_them else ())
 
 
 class Told:
@@ -275,6 +277,7 @@ def test_a_failure_on_a_worker_jobs_worker_asks_whether_that_job_ended(
     run: Run, tmp_path: Path, ending: bool
 ) -> None:
     run.source.growth = FakeGrowth(ending)
+    run.source.sweep_finds_them = False  # SLURM's signal ended them before anyone looked
     record = run.register(tmp_path)
     run.end(Finished(KEY, False, outcome=outcome(-15), on=WorkerRef("j12-n1", 4)))
     if ending:  # killed with its worker job: lost, then run again
@@ -285,6 +288,9 @@ def test_a_failure_on_a_worker_jobs_worker_asks_whether_that_job_ended(
             "once its processes are gone"
         )
         assert (record.reruns, run.source.swept) == (1, [("j12-n1", [KEY])])
+        # Its failure says it ran there: told as running, and a loss counted against it.
+        assert record.lost_on == ["j12-n1"]
+        assert "1 running job(s) run again elsewhere" in run.said[1], run.said
     else:
         told = run.until_told(1)
         assert told == [("failed", KEY, failed_message(tmp_path, "was killed by signal SIGTERM"))]

@@ -49,6 +49,8 @@ def fresh_worker_state() -> Iterator[None]:
     JOBS.failed_at.clear()
     yield
     JOBS.landing_at = None
+    JOBS.closing = False
+    JOBS.failed_at.clear()
 
 
 def spec(tmp_path: Path, script: str, key: str = "k1", tmpdir: str | None = None) -> TaskSpec:
@@ -176,9 +178,10 @@ def test_a_closing_worker_names_the_jobs_that_ended_under_it(
     """scancel signals a worker job's every process at once: a job may end before its
     worker's teardown, its outcome never sent. The worker's note for its supervisor still
     names it (it was running when the worker died), whether the signal killed it or it
-    exited on it (a job's Snakemake exits 1); one that failed long before, or succeeded, is
-    not named. A job killed by the signal holds its slot a moment: a worker being ended
-    with it starts no other job meanwhile."""
+    exited on it (a job's Snakemake exits 1), with those still running at the teardown;
+    not one that failed long before, succeeded, or was stopped by the plugin. A job the
+    signal killed holds its slot a moment: a worker being ended with it starts no other
+    job meanwhile."""
     records = tmp_path / "records"
     monkeypatch.setenv(RECORD_DIR_VARIABLE, str(records))
     assert run_outcome(spec(tmp_path, "exit 3", key="long-ago")).returncode == 3
@@ -187,6 +190,8 @@ def test_a_closing_worker_names_the_jobs_that_ended_under_it(
     scripts = {
         "cancelled": "echo $$ > cancelled.pid; exec sleep 60",
         "graceful": "trap 'exit 1' TERM; echo $$ > graceful.pid; sleep 60 & wait",
+        "stopped": "echo $$ > stopped.pid; exec sleep 60",
+        "at-close": "echo $$ > at-close.pid; exec sleep 60",
     }
     ended: dict[str, tuple[worker_task.TaskOutcome, float]] = {}
 
@@ -194,25 +199,35 @@ def test_a_closing_worker_names_the_jobs_that_ended_under_it(
         outcome = run_outcome(spec(tmp_path, scripts[key], key=key))
         ended[key] = outcome, time.monotonic()
 
-    threads = [threading.Thread(target=run, args=(key,)) for key in scripts]
-    for thread in threads:
+    threads = {key: threading.Thread(target=run, args=(key,)) for key in scripts}
+    for thread in threads.values():
         thread.start()
-    pids = [tmp_path / f"{key}.pid" for key in scripts]
+    pids = {key: tmp_path / f"{key}.pid" for key in scripts}
     eventually(
         "the jobs running",
-        lambda: set(running_tasks()) == set(scripts) and all(p.exists() for p in pids),
+        lambda: (
+            set(running_tasks()) == set(scripts)
+            and all(p.exists() and p.read_text().strip() for p in pids.values())
+        ),
         10,
     )
+    assert kill_tasks(["stopped"], grace=0.5) == ["stopped"]
+    threads["stopped"].join(10)
     killed = time.monotonic()
-    for pid in pids:
-        os.kill(int(pid.read_text()), signal.SIGTERM)  # as SLURM's cancel does
-    for thread in threads:
-        thread.join(10)
+    for key in ("cancelled", "graceful"):
+        os.kill(int(pids[key].read_text()), signal.SIGTERM)  # as SLURM's cancel does
+    time.sleep(0.2)
+    assert "cancelled" in running_tasks()  # it holds its slot
+    for key in ("cancelled", "graceful"):
+        threads[key].join(10)
     assert ended["cancelled"][0].returncode == -15 and ended["graceful"][0].returncode == 1
     assert ended["cancelled"][1] - killed >= running.OUTSIDE_KILL_PAUSE
-    assert running_tasks() == []
+    assert running_tasks() == ["at-close"]
     worker_task.dask_teardown(worker=types.SimpleNamespace(name="w1"))
-    assert take_running_keys(records, "w1", os.getpid()) == ["cancelled", "graceful"]
+    threads["at-close"].join(10)
+    assert ended["at-close"][0].returncode == -15
+    noted = take_running_keys(records, "w1", os.getpid())
+    assert noted == ["at-close", "cancelled", "graceful"], noted
 
 
 def test_read_tail(tmp_path: Path) -> None:
