@@ -22,7 +22,7 @@ KILL_GRACE_SECONDS = 3.0
 #: Looks for daemons after a job ended: one of them may fork while it is being killed.
 SCANS_AFTER_AN_END = 2
 #: How long a job that failed is still named in a closing worker's note of the jobs it ran
-#: (:meth:`RunningJobs.ran_lately`). A cancelled SLURM job's processes all get SIGTERM at
+#: (:meth:`RunningJobs.close`). A cancelled SLURM job's processes all get SIGTERM at
 #: once: its jobs may end (by the signal, or a job's Snakemake that exits 1 on it) before
 #: their worker's teardown, their outcomes never sent; they were running when the worker
 #: died all the same.
@@ -123,7 +123,7 @@ class RunningJobs:
         """The job ``key`` ended with ``returncode`` (-1 also when its wait failed):
         its last registered process (``proc`` if none). One that failed, neither stopped
         by the plugin nor ended by this worker's close, is remembered a while
-        (:meth:`ran_lately`)."""
+        (:meth:`close`)."""
         with self.lock:
             last = self.running.pop(key, proc)
             self.began.pop(key, None)
@@ -172,23 +172,15 @@ class RunningJobs:
         with self.lock:
             return sorted(self.running)
 
-    def ran_lately(self) -> list[str]:
-        """The jobs running, and those that failed within FAILED_LATELY_SECONDS (see
-        :meth:`finish`)."""
-        with self.lock:
-            return self._ran_lately()
-
     def close(self) -> list[str]:
         """This worker closes: the jobs it ends from now on are its own doing, not failures
-        from outside. The jobs it was running (:meth:`ran_lately`), taken at that moment."""
+        from outside. The jobs it was running, taken at that moment: those running, and
+        those that failed within FAILED_LATELY_SECONDS (see :meth:`finish`)."""
         with self.lock:
             self.closing = True
-            return self._ran_lately()
-
-    def _ran_lately(self) -> list[str]:
-        now = time.monotonic()
-        lately = (k for k, t in self.failed_at.items() if t > now - FAILED_LATELY_SECONDS)
-        return sorted({*self.running, *lately})
+            now = time.monotonic()
+            lately = (k for k, t in self.failed_at.items() if t > now - FAILED_LATELY_SECONDS)
+            return sorted({*self.running, *lately})
 
     def procs(self) -> list[Proc]:
         with self.lock:
