@@ -81,6 +81,22 @@ CONTENDERS = (
         dask=True,
     ),
     Contender(
+        "dask-local-jobs100-db",
+        "dask-local-jobs100 with Snakemake's SQLite persistence (--persistence-backend db) "
+        "instead of its files",
+        (
+            "--executor",
+            "dask-slurm",
+            "--dask-slurm-cluster",
+            "local",
+            "--jobs",
+            "100",
+            "--persistence-backend",
+            "db",
+        ),
+        dask=True,
+    ),
+    Contender(
         "dask-local-unlimited",
         "dask-slurm, local cluster, --jobs unlimited and nothing else",
         ("--executor", "dask-slurm", "--dask-slurm-cluster", "local", "--jobs", "unlimited"),

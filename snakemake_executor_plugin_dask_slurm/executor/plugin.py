@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
+#: ... but its rounds at least this far apart while jobs end faster (see Wakeup).
+STATUS_SETTLE = 0.02
 #: A scheduling round goes to Dask in chunks: one graph update per chunk (and resource
 #: request), sent when it holds CHUNK_JOBS jobs or its first job has waited CHUNK_SECONDS,
 #: so that the first tasks of a large round start at once.
@@ -71,7 +73,7 @@ class Executor(RemoteExecutor):
         # Set before the base class starts the status thread, which may use them at once.
         self._run: Run | None = None  # set at once, when every part of it is wired
         self._registry = JobRegistry()
-        self._wakeup = Wakeup()
+        self._wakeup = Wakeup(settle=STATUS_SETTLE)
         self._closed = False
         self._started = False
         self._launched: RunFiles | None = None  # the cluster launched, not yet started
@@ -357,7 +359,7 @@ class Executor(RemoteExecutor):
         try:
             with self.lock:
                 self.wait = False
-            self._wakeup.set()  # the status thread may sit in sleep() for a second
+            self._wakeup.hurry()  # the status thread may sit in sleep() for a second
             super().shutdown()
         finally:
             run = self._run

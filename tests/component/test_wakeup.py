@@ -1,10 +1,11 @@
-"""The status loop's wake-up (executor/wakeup.py): every set wakes the loop after it, and a
-burst of sets costs the loop one wake-up, on a real event loop in its own thread, as the
-status loop runs."""
+"""The status loop's wake-up (executor/wakeup.py): every set wakes the loop after it, a
+burst of sets costs the loop one wake-up, and a stream of sets is answered in rounds
+``settle`` apart, on a real event loop in its own thread, as the status loop runs."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections import deque
@@ -24,6 +25,8 @@ class StatusLoop:
         self.wakeup = wakeup
         self.items: deque[int] = deque()
         self.drained: list[int] = []
+        self.drained_at: dict[int, float] = {}
+        self.rounds: list[float] = []  # when each wait returned
         self.timeouts = 0
         self.calls = 0
         self.stop = False
@@ -47,10 +50,14 @@ class StatusLoop:
         while not self.stop:
             began = time.monotonic()
             await waiting
-            if time.monotonic() - began >= TIMEOUT * 0.9:
+            now = time.monotonic()
+            self.rounds.append(now)
+            if now - began >= TIMEOUT * 0.9:
                 self.timeouts += 1
             while self.items:
-                self.drained.append(self.items.popleft())
+                item = self.items.popleft()
+                self.drained.append(item)
+                self.drained_at[item] = now
             waiting = asyncio.ensure_future(self.wakeup.wait(TIMEOUT))
         waiting.cancel()
 
@@ -117,3 +124,62 @@ def test_a_set_before_the_first_wait_or_after_the_loop_closed_is_nothing() -> No
     assert asyncio.run(first()) >= 0.15  # not woken by the earlier set
     wakeup.set()  # its loop is closed now
     assert not wakeup._queued
+
+
+def drained(loop: StatusLoop, count: int, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while len(loop.drained) < count and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert len(loop.drained) == count, loop.drained
+
+
+def test_a_stream_of_sets_is_answered_in_rounds_settle_apart() -> None:
+    """Sets every millisecond for 0.6 s with ``settle`` 0.05: every item drained, by rounds
+    at least 0.05 s apart (without the settling: a round every millisecond or two)."""
+    settle = 0.05
+    wakeup = Wakeup(settle=settle)
+    loop = StatusLoop(wakeup)
+    try:
+        began = time.monotonic()
+        i = 0
+        while time.monotonic() - began < 0.6:
+            loop.items.append(i)
+            wakeup.set()
+            i += 1
+            time.sleep(0.001)
+        drained(loop, i)
+        assert loop.drained == list(range(i)) and loop.timeouts == 0
+        rounds = [t for t in loop.rounds if t >= began]
+        gaps = [b - a for a, b in itertools.pairwise(rounds)]
+        assert min(gaps) >= settle * 0.95, gaps
+        assert len(rounds) <= 0.6 / settle + 3, (len(rounds), i)
+    finally:
+        loop.close()
+
+
+def test_a_set_after_a_quiet_spell_is_answered_at_once_and_hurry_ends_the_settling() -> None:
+    settle = 0.5
+    wakeup = Wakeup(settle=settle)
+    loop = StatusLoop(wakeup)
+    try:
+        loop.items.append(1)
+        wakeup.set()
+        drained(loop, 1)
+        time.sleep(settle + 0.1)  # a quiet spell longer than settle
+        set_at = time.monotonic()
+        loop.items.append(2)
+        wakeup.set()
+        drained(loop, 2)
+        assert loop.drained_at[2] - set_at < settle / 2, "a set after a quiet spell waited"
+        loop.items.append(3)  # right after a round: answered settle after it
+        wakeup.set()
+        drained(loop, 3)
+        assert loop.drained_at[3] - loop.drained_at[2] >= settle * 0.95
+        set_at = time.monotonic()
+        loop.items.append(4)  # right after a round again, but hurried
+        wakeup.hurry()
+        drained(loop, 4)
+        assert loop.drained_at[4] - set_at < settle / 2, "hurry() did not end the settling"
+        assert loop.timeouts == 0
+    finally:
+        loop.close()
