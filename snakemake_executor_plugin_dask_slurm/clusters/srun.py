@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from ..config import RunConfig
+from ..report.detail import detail
 from ..slurm.allocation import Allocation
 from ..slurm.layout import WorkerLayout, plan_layout
 from ..slurm.run import (
@@ -59,8 +60,10 @@ def run_end(
     return AllocationEnd(found[0], margin, safety, found[1])
 
 
-#: Asked only once the cluster broke, on Snakemake's thread: keep it short.
+#: Asked only once the cluster broke, on Snakemake's thread: keep it short. Up to
+#: JOB_STATE_TRIES questions: the controller is busy ending the allocation just then.
 JOB_STATE_TIMEOUT = 5.0
+JOB_STATE_TRIES = 3
 
 logger = logging.getLogger(__name__)
 
@@ -145,8 +148,13 @@ class SrunCluster(ProcessCluster):
     def allocation_problem(self) -> str | None:
         if self.scontrol is None:
             return None
-        state = scontrol_job_state(self.scontrol, self.alloc.job_id, JOB_STATE_TIMEOUT)
-        ended = allocation_ended(self.alloc.job_id, state) if state else None
+        job_id = self.alloc.job_id
+        state = scontrol_job_state(self.scontrol, job_id, JOB_STATE_TIMEOUT, JOB_STATE_TRIES)
+        ended = allocation_ended(job_id, state) if state else None
+        if ended is None:  # the message says only what the plugin saw: say why here
+            tries = f"gave no answer in {JOB_STATE_TRIES} tries"
+            said = f"says it is {state[0]}" if state else tries
+            detail.info("SLURM allocation %s: 'scontrol show job %s' %s", job_id, job_id, said)
         return f"{ended}. Its Dask workers ended with it" if ended else None
 
     def sweep(self, worker: str, keys: Sequence[str]) -> Swept | None:

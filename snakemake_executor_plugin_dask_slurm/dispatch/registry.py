@@ -129,6 +129,11 @@ class JobRegistry:
         #: what they ran is still told (the usage report), though Snakemake is not.
         self._taken: dict[str, JobRecord] = {}
 
+    def in_flight(self) -> int:
+        """How many jobs are registered: handed over, not yet told (read without the
+        lock)."""
+        return len(self._jobs)
+
     def get(self, key: str) -> JobRecord | None:
         return self._jobs.get(key)
 

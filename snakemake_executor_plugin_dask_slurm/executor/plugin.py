@@ -51,8 +51,11 @@ if TYPE_CHECKING:
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
-#: ... but its rounds at least this far apart while jobs end faster (see Wakeup).
+#: ... but its rounds at least this far apart while jobs end faster (see Wakeup) and at
+#: least SETTLE_FROM jobs are in flight: with fewer, the settling would cap the run below
+#: SETTLE_FROM / STATUS_SETTLE = 400 jobs a second, more than Snakemake's process starts.
 STATUS_SETTLE = 0.02
+SETTLE_FROM = 8
 #: A scheduling round goes to Dask in chunks: one graph update per chunk (and resource
 #: request), sent when it holds CHUNK_JOBS jobs or its first job has waited CHUNK_SECONDS,
 #: so that the first tasks of a large round start at once.
@@ -73,7 +76,7 @@ class Executor(RemoteExecutor):
         # Set before the base class starts the status thread, which may use them at once.
         self._run: Run | None = None  # set at once, when every part of it is wired
         self._registry = JobRegistry()
-        self._wakeup = Wakeup(settle=STATUS_SETTLE)
+        self._wakeup = Wakeup(STATUS_SETTLE, lambda: self._registry.in_flight() >= SETTLE_FROM)
         self._closed = False
         self._started = False
         self._launched: RunFiles | None = None  # the cluster launched, not yet started

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Callable
 
 
 class Wakeup:
@@ -27,11 +28,14 @@ class Wakeup:
     wakes Snakemake's main thread for a scheduling round of its own (its selection, its log
     lines), which costs about as much as a job's other bookkeeping: in a farm of thin jobs
     the rounds came one or two jobs apart (docs/benchmarks.md, "Completions told in rounds").
-    A set after a quiet spell of ``settle`` is answered at once. :meth:`hurry` makes every
-    later wait answer at once (the run is ending)."""
+    A set after a quiet spell of ``settle`` is answered at once, and so is every set while
+    ``worth_it()`` is false (few jobs in flight: the rounds could not hold several, and
+    a job's slot would wait on the settling). :meth:`hurry` makes every later wait answer
+    at once (the run is ending)."""
 
-    def __init__(self, settle: float = 0.0) -> None:
+    def __init__(self, settle: float = 0.0, worth_it: Callable[[], bool] = lambda: True) -> None:
         self.settle = settle
+        self.worth_it = worth_it
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event: asyncio.Event | None = None
         #: A wake-up is queued on the loop and has not run yet. Set and read without a
@@ -69,7 +73,7 @@ class Wakeup:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), timeout)
         left = self._returned + self.settle - time.monotonic()
-        if left > 0 and not self._hurry:
+        if left > 0 and not self._hurry and self.worth_it():
             await asyncio.sleep(left)
         # Cleared after the settling: a set before here is answered by the round that
         # follows this wait (it drains after it), a set after it by the next wait.

@@ -13,6 +13,7 @@ import logging
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -152,18 +153,32 @@ def scontrol_hostnames(scontrol: str, nodelist: str, timeout: float) -> list[str
     return names if done.returncode == 0 and names else None
 
 
-def scontrol_job_state(scontrol: str, job_id: str, timeout: float) -> tuple[str, str] | None:
+def scontrol_job_state(
+    scontrol: str, job_id: str, timeout: float, tries: int = 1, pause: float = 0.3
+) -> tuple[str, str] | None:
     """``(JobState, Reason)`` of ``job_id``, ``(GONE, "None")`` if SLURM no longer knows it.
 
-    None when scontrol could not answer (controller not reachable, timed out): the caller
-    cannot tell, and says nothing about the allocation.
+    None when scontrol could not answer (controller not reachable, busy, timed out): the
+    caller cannot tell, and says nothing about the allocation. With ``tries`` > 1, a
+    question it could not answer is asked again after ``pause`` seconds, each try given at
+    most ``timeout / tries``, all within ``timeout`` (a controller busy ending the
+    allocation is when the question is asked).
     """
-    done = ask([scontrol, "show", "job", "-o", job_id], timeout)
-    if done is None:
-        return None
-    if done.returncode != 0:
-        return (GONE, "None") if "Invalid job id" in done.stderr else None
-    return parse_job_state(done.stdout)
+    deadline = time.monotonic() + timeout
+    for attempt in range(tries):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        done = ask([scontrol, "show", "job", "-o", job_id], min(left, timeout / tries))
+        if done is not None and done.returncode == 0:
+            return parse_job_state(done.stdout)
+        if done is not None and "Invalid job id" in done.stderr:
+            return (GONE, "None")
+        said = "no answer in time" if done is None else done.stderr.strip()[:200]
+        logger.debug("scontrol show job %s, try %d of %d: %s", job_id, attempt + 1, tries, said)
+        if attempt + 1 < tries:
+            time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+    return None
 
 
 def scontrol_time_left(scontrol: str, job_id: str, timeout: float) -> float | None:

@@ -87,6 +87,42 @@ def test_scontrol_job_state(tmp_path: Path, body: str, expected: tuple[str, str]
     assert scontrol_job_state(str(scontrol), "25", timeout=0.5) == expected
 
 
+@pytest.mark.parametrize(
+    ("failures", "tries", "expected"),
+    [
+        (2, 3, ("TIMEOUT", "TimeLimit")),  # busy twice, then the answer
+        (2, 2, None),  # out of tries
+        (1, 1, None),  # one try, as by default
+    ],
+)
+def test_scontrol_job_state_asks_again_when_it_got_no_answer(
+    tmp_path: Path, failures: int, tries: int, expected: tuple[str, str] | None
+) -> None:
+    """A controller busy ending the allocation: scontrol fails ``failures`` times (a socket
+    time-out, as slurmctld under load says), then answers; each call is counted."""
+    calls = tmp_path / "calls"
+    scontrol = script(
+        tmp_path,
+        "scontrol",
+        f'echo x >> {calls}; n=$(wc -l < {calls}); if [ "$n" -le {failures} ]; then '
+        "echo 'slurm_load_jobs error: Socket timed out on send/recv operation' >&2; exit 1; "
+        "fi; echo 'JobId=25 JobState=TIMEOUT Reason=TimeLimit'",
+    )
+    state = scontrol_job_state(str(scontrol), "25", timeout=5, tries=tries, pause=0.05)
+    assert state == expected
+    assert len(calls.read_text().splitlines()) == min(failures + 1, tries)
+
+
+def test_scontrol_job_state_gives_up_within_its_time(tmp_path: Path) -> None:
+    """A scontrol that hangs: three tries share the 1.5 s, each given at most 0.5 s."""
+    import time
+
+    scontrol = script(tmp_path, "scontrol", "exec sleep 30")
+    began = time.monotonic()
+    assert scontrol_job_state(str(scontrol), "25", timeout=1.5, tries=3, pause=0.05) is None
+    assert time.monotonic() - began < 3.0
+
+
 def test_run_names_the_command_its_exit_code_what_it_said_and_a_hint(tmp_path: Path) -> None:
     from snakemake_executor_plugin_dask_slurm.slurm.run import run
 

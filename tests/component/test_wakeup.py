@@ -183,3 +183,28 @@ def test_a_set_after_a_quiet_spell_is_answered_at_once_and_hurry_ends_the_settli
         assert loop.timeouts == 0
     finally:
         loop.close()
+
+
+def test_no_settling_while_it_is_not_worth_it() -> None:
+    """With few jobs in flight (``worth_it()`` false) a set right after a round is answered
+    at once; once it is true again, the next one settles."""
+    settle = 0.5
+    worth = [False]
+    wakeup = Wakeup(settle=settle, worth_it=lambda: worth[0])
+    loop = StatusLoop(wakeup)
+    try:
+        loop.items.append(1)
+        wakeup.set()
+        drained(loop, 1)
+        set_at = time.monotonic()
+        loop.items.append(2)  # right after a round, not worth settling
+        wakeup.set()
+        drained(loop, 2)
+        assert loop.drained_at[2] - set_at < settle / 2, "settled though not worth it"
+        worth[0] = True
+        loop.items.append(3)  # right after a round, worth it
+        wakeup.set()
+        drained(loop, 3)
+        assert loop.drained_at[3] - loop.drained_at[2] >= settle * 0.95
+    finally:
+        loop.close()
