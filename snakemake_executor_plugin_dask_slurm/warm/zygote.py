@@ -215,6 +215,12 @@ class Zygote:
         elif op == Op.UNSUPPORTED:
             reason = str(cast(protocol.Unsupported, msg).get("reason"))
             server.refusal = self.command(server.key).refused = reason
+            # Into this warm process's log: a primed server that refused has no job to
+            # carry the reason to the run's messages.
+            print(
+                f"dask-slurm warm path: the job command cannot go the warm way ({reason}); "
+                "its jobs go the cold way", file=sys.stderr, flush=True,
+            )  # fmt: skip
             self.retire(server)
         elif op == Op.STALE:
             server.sent.discard(task)
