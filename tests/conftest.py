@@ -53,16 +53,26 @@ def _state(pid: str) -> str:
         return "X"
 
 
+def _cwd(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
 def live_processes(token: str, tmp_path: str) -> list[tuple[int, str]]:
     """Live (non-zombie) processes of one test: carrying its token, or a plugin process
-    working under its tmp_path."""
+    working under its tmp_path (named on its command line, or its working directory: a
+    local worker started before its options came names no path)."""
     found = []
     me = os.getpid()
     for pid in os.listdir("/proc"):
         if not pid.isdigit() or int(pid) == me:
             continue
         cmd = _cmdline(pid)
-        ours = token in cmd or (tmp_path in cmd and any(m in cmd for m in PLUGIN_MARKERS))
+        plugin = any(m in cmd for m in PLUGIN_MARKERS)
+        under = tmp_path in cmd or _cwd(pid).startswith(tmp_path)
+        ours = token in cmd or (plugin and under)
         if ours and _state(pid) not in ("Z", "X"):
             found.append((int(pid), cmd))
     return found

@@ -22,6 +22,8 @@ from tests.waiting import eventually
 pytestmark = pytest.mark.e2e
 
 SNAKEFILE = 'rule a:\n    output: "a.txt"\n    shell: "echo a > {output}"\n'
+#: The same job the warm way (a `run:` block): the run has a job command to prime.
+WARM_SNAKEFILE = 'rule a:\n    output: "a.txt"\n    run:\n        open(output[0], "w")\n'
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Case:
     prepare: Callable[[Path], None] | None = None  # sets up the working directory
     wrap: Callable[[Path], list[str]] = lambda path: []  # what Snakemake's argv runs under
     starts_nothing: bool = False  # refused before any process of the run is started
+    warm: bool = False  # the workflow's job goes the warm way
 
 
 def stale_scheduler_file(path: Path) -> None:
@@ -79,6 +82,13 @@ CASES = {
     "more-workers-than-cpus": Case(
         ("--dask-slurm-cpus", "2", "--dask-slurm-workers", "100"),
         ("--dask-slurm-workers 100 is more than the 2 CPUs of the local Dask cluster",),
+    ),
+    "more-workers-than-cores-warm": Case(
+        # with a job that goes the warm way, local mode starts its workers before the plan
+        # (clusters/early.py); the plan's error stops them (nothing_left checks)
+        ("--cores", "2", "--dask-slurm-workers", "3"),
+        ("--dask-slurm-workers 3 is more than the 2 CPUs of the local Dask cluster",),
+        warm=True,
     ),
     "file-locking-choice": Case(
         ("--dask-slurm-file-locking", "maybe"), ("invalid choice: 'maybe'",)
@@ -229,7 +239,7 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_input_is_named_at_once(name: str, tmp_path: Path, no_leftovers: str) -> None:
     case = CASES[name]
-    (tmp_path / "Snakefile").write_text(SNAKEFILE)
+    (tmp_path / "Snakefile").write_text(WARM_SNAKEFILE if case.warm else SNAKEFILE)
     if case.prepare:
         case.prepare(tmp_path)
     env = dict(os.environ, DASK_SLURM_TEST_TOKEN=no_leftovers, **case.env)

@@ -120,6 +120,12 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     # every worker's warm process parsed the workflow at the worker's start, before the
     # first warm job came (executor/run.py launch; warm/zygote.py prime)
     assert all(log.read_text().count(PRIMING) == 1 for log in warm_logs), warm_logs
+    # local mode started its worker (and so its warm process) before the cluster's plan,
+    # and the launch used it (clusters/early.py); the cold run started none early
+    details = {w: tmp_path / w / ".snakemake/dask-slurm/logs/plugin.log" for w in ("warm", "cold")}
+    early_line = "local: started before the plan, its options sent at the launch"
+    assert early_line in details["warm"].read_text(), details["warm"].read_text()
+    assert "started before the plan" not in details["cold"].read_text()
     # the group job's usage counts its run: member's 0.5 s of CPU, warm (the member is the
     # zygote's fork, not the group job's) as cold (its own Snakemake's child)
     for way in ("warm", "cold"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import GrowthConfig, RunConfig
 from ..errors import DaskSlurmError
@@ -23,6 +23,9 @@ from .security import AttachSecurity, PlainTcp, RunCredentials, RunSecurity
 from .spec import local_layout
 from .worker_jobs.growing import GrowingCluster
 from .worker_jobs.pool import WorkerJobs
+
+if TYPE_CHECKING:
+    from .early import EarlyWorkers
 
 
 def local_cpus(config: RunConfig, cores: int | None = None) -> tuple[int, str]:
@@ -75,13 +78,20 @@ def attach_security(config: RunConfig) -> AttachSecurity:
     return AttachSecurity(*config.tls_files)
 
 
-def make_source(config: RunConfig, logger: Any, cores: int | None, name: str) -> ClusterSource:
+def make_source(
+    config: RunConfig,
+    logger: Any,
+    cores: int | None,
+    name: str,
+    early: EarlyWorkers | None = None,
+) -> ClusterSource:
     """The cluster this run uses, planned, not started; with its worker jobs (named
     ``name`` in SLURM's queue, checked with SLURM) when the farm may grow. Its commands are
     checked by its :meth:`~.base.ClusterSource.preflight`, which the run calls once the
-    processes are launched (executor/run.py's ``launch``)."""
+    processes are launched (executor/run.py's ``launch``). ``early``: local workers
+    started before the plan (:mod:`.early`), which the local cluster's launch adopts."""
     limit = worker_job_limit(config.growth) if config.growth is not None else None
-    source = _make_source(config, logger, cores, limit)
+    source = _make_source(config, logger, cores, limit, early)
     if config.growth is None:
         return source
     runway = source.clock.runway() if source.clock is not None else None
@@ -145,7 +155,11 @@ def clock_line_of(runway: Runway | None, limit: float | None, landing: float) ->
 
 
 def _make_source(
-    config: RunConfig, logger: Any, cores: int | None, worker_job_limit: float | None = None
+    config: RunConfig,
+    logger: Any,
+    cores: int | None,
+    worker_job_limit: float | None = None,
+    early: EarlyWorkers | None = None,
 ) -> ClusterSource:
     if config.cluster == "attach":
         return AttachCluster(
@@ -173,9 +187,12 @@ def _make_source(
         )
     host, _ = choose_scheduler_host(config.interface, config.scheduler_host, None, False)
     check_bindable(host)
-    return LocalProcessCluster.plan(
-        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", run_security(config, None)
+    security = early.security if early is not None else run_security(config, None)
+    cluster = LocalProcessCluster.plan(
+        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", security
     )
+    cluster.early = early
+    return cluster
 
 
 def make_worker_jobs(

@@ -146,10 +146,12 @@ def worker_args(opts: WorkerOptions) -> list[str]:
 
 
 def supervised_worker_command(
-    python: str, supervisor: SupervisorOptions, opts: WorkerOptions
+    python: str, supervisor: SupervisorOptions, opts: WorkerOptions | None
 ) -> list[str]:
     """``python -m ...supervisor <its options> -- <dask worker options>``: one worker
-    under the plugin's supervisor, which adds ``--name`` (given, or the node's name)."""
+    under the plugin's supervisor, which adds ``--name`` (given, or the node's name).
+    ``opts`` None: the worker's options come later on its stdin
+    (``--worker-args-on-stdin``, :func:`deferred_options`)."""
     return [
         python,
         "-m",
@@ -161,9 +163,19 @@ def supervised_worker_command(
         supervisor.record_dir,
         "--restarts",
         str(supervisor.restarts),
+        *(["--worker-args-on-stdin"] if opts is None else []),
         "--",
-        *worker_args(opts),
+        *(worker_args(opts) if opts is not None else []),
     ]
+
+
+def deferred_options(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """A :func:`supervised_worker_command` split in two: the command that starts the
+    supervisor and its worker before their options are known (``opts`` None), and those
+    options (what the worker is sent on its stdin)."""
+    split = list(argv).index("--")
+    head, tail = list(argv[:split]), list(argv[split + 1 :])
+    return [*head, "--worker-args-on-stdin", "--"], tail
 
 
 def dask_option_names(argv: Sequence[str]) -> tuple[str, ...]:

@@ -59,6 +59,8 @@ class ManagedProcess:
     log_path: Path
     env: Mapping[str, str] | None = None
     cwd: str | None = None
+    #: Started with a pipe as its stdin, for :meth:`hand_over` (else /dev/null).
+    stdin_pipe: bool = False
     proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _closed: bool = field(default=False, init=False, repr=False)
 
@@ -69,7 +71,7 @@ class ManagedProcess:
             try:
                 self.proc = subprocess.Popen(
                     list(self.argv),
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=dict(self.env) if self.env is not None else None,
@@ -81,6 +83,20 @@ class ManagedProcess:
                     f"Could not start the {self.name}: {e}. Command: {shlex.join(self.argv)}. "
                     "Check that the program exists in this environment and is executable."
                 ) from e
+
+    def hand_over(self, data: bytes) -> bool:
+        """Write ``data`` to the process's stdin (a ``stdin_pipe`` process) and close it;
+        False if the process is gone (its end of the pipe closed)."""
+        if self.proc is None or self.proc.stdin is None or self.proc.stdin.closed:
+            return False
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            return False
+        return True
 
     @property
     def status(self) -> Status:
@@ -107,6 +123,9 @@ class ManagedProcess:
             self._closed = True
             return
         pgid = self.proc.pid  # a session leader's pid is its group id
+        if self.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
         self.terminate()
         try:
             self.proc.wait(timeout)

@@ -29,6 +29,8 @@ from .spec import ClusterSpec, ProcessSpec
 if TYPE_CHECKING:
     from distributed import Client
 
+    from .early import EarlyWorkers
+
 logger = logging.getLogger(__name__)
 
 #: Bounded waits of the teardown, in seconds.
@@ -60,6 +62,8 @@ class ProcessCluster(ClusterSource):
         self.bringup_seconds: float | None = None
         self.teardown_seconds: float | None = None
         self.launched: float | None = None  # time.monotonic() of launch()
+        #: Workers started before the plan (local mode), adopted at the launch.
+        self.early: EarlyWorkers | None = None
 
     def launch(self, worker_env: Mapping[str, str] | None = None) -> None:
         """Start the scheduler and the workers (the workers wait for the scheduler file
@@ -75,8 +79,14 @@ class ProcessCluster(ClusterSource):
         try:
             self.security.prepare()
             self.scheduler.start()
-            for worker in self.workers:
-                worker.start()
+            for index, worker in enumerate(self.workers):
+                adopted = self.early.adopt(worker) if self.early is not None else None
+                if adopted is not None:
+                    self.workers[index] = adopted
+                else:
+                    worker.start()
+            if self.early is not None:
+                self.early.close()  # (any the plan has no place for)
         except BaseException:
             self.close()
             raise
@@ -212,6 +222,8 @@ class ProcessCluster(ClusterSource):
         their own), the client closes and the scheduler is sent SIGTERM while the worker
         processes exit; then whatever is still running is stopped."""
         started = time.monotonic()
+        if self.early is not None:
+            self.early.close()  # (a run that ends before its launch)
         scheduler_up = self.client is not None and not self.scheduler_lost()
         retired = self._retire_workers() if scheduler_up else 0
         # Only when all were retired: a process whose worker never registered (start-up

@@ -25,7 +25,12 @@ from ..slurm.layout import NodeGroup, WorkerLayout
 from ..worker import SCHEDULER_PRELOAD_MODULE, TASK_MODULE
 from ..worker.clock import advertised
 from ..worker.scheduler_preload import DASHBOARD_VARIABLE
-from .dask_argv import SchedulerOptions, scheduler_command, supervised_worker_command
+from .dask_argv import (
+    SchedulerOptions,
+    WorkerOptions,
+    scheduler_command,
+    supervised_worker_command,
+)
 from .recipe import LandingPoint, WorkerRecipe
 from .security import RunSecurity
 
@@ -182,6 +187,33 @@ def local_worker_names(nworkers: int) -> list[str]:
     return ["local"] if nworkers == 1 else [f"local-{i}" for i in range(nworkers)]
 
 
+def local_worker_spec(
+    recipe: WorkerRecipe, paths: Paths, name: str, opts: WorkerOptions | None
+) -> ProcessSpec:
+    """Local worker ``name`` under its supervisor; ``opts`` None: its options come later
+    on its stdin (:func:`early_local_workers`)."""
+    return ProcessSpec(
+        f"local Dask worker {name}",
+        tuple(supervised_worker_command(recipe.python, recipe.supervisor_options(name), opts)),
+        paths.logs / f"worker-{name}.log",
+        recipe.env,
+    )
+
+
+def early_local_workers(
+    config: RunConfig, python: str, owner_pid: int, security: RunSecurity
+) -> tuple[ProcessSpec, ...]:
+    """The local workers :func:`plan_local` will plan, as far as they are known before the
+    cluster is: their supervisors, names, logs and environment, not their Dask options
+    (which need the CPUs and memory); started before the plan (:mod:`.early`)."""
+    paths = Paths.of(config)
+    recipe = worker_recipe(config, paths, python, owner_pid, security)
+    return tuple(
+        local_worker_spec(recipe, paths, name, None)
+        for name in local_worker_names(config.workers or 1)
+    )
+
+
 def plan_local(
     config: RunConfig, cpus: int, cpus_source: str, mem_mb: int | None, host: str,
     python: str, owner_pid: int, security: RunSecurity,
@@ -196,13 +228,7 @@ def plan_local(
     # The workers listen where the scheduler does (loopback unless told otherwise).
     opts = recipe.worker_options(nthreads, resources, host)
     workers = tuple(
-        ProcessSpec(
-            f"local Dask worker {name}",
-            tuple(supervised_worker_command(python, recipe.supervisor_options(name), opts)),
-            paths.logs / f"worker-{name}.log",
-            recipe.env,
-        )
-        for name in local_worker_names(nworkers)
+        local_worker_spec(recipe, paths, name, opts) for name in local_worker_names(nworkers)
     )
     memory = f", {mem_mb} MB memory" if mem_mb else ""
     return ClusterSpec(

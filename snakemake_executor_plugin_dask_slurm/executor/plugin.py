@@ -101,13 +101,14 @@ class Executor(RemoteExecutor):
 
     def __post_init__(self) -> None:
         from .. import snakemake_internals
-        from ..clusters.choose import local_worker_cpus, make_source
+        from ..clusters.choose import local_worker_cpus, make_source, run_security
+        from ..clusters.early import EarlyWorkers, worth_starting_early
         from ..clusters.run_dir import check_run_dir
         from ..config import resolve
         from ..dispatch.job_commands import JobCommandBuilder
         from ..errors import DaskSlurmError
         from ..report.usage.write import root_problem
-        from .run import launch
+        from .run import claim, launch
 
         snakemake_internals.install(self._say)
         snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
@@ -136,11 +137,6 @@ class Executor(RemoteExecutor):
                 raise DaskSlurmError(problem)
         cores = self.workflow.resource_settings.cores
         given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
-        # Planned (settings, allocation) now; launched below when there are jobs to run
-        # (Snakemake never calls shutdown() for a run with nothing to do).
-        self._pending_source: ClusterSource | None = make_source(
-            self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}"
-        )
         self._local_cores: int | None = None
         if self.config.cluster == "local" and given_cores is None:
             self._local_cores = local_worker_cpus(self.config)
@@ -149,19 +145,42 @@ class Executor(RemoteExecutor):
                 f"local mode: rules claiming more than {self._local_cores} threads will be "
                 "scaled down (as with --cores)"
             )
+        # Launched at once when there are jobs to run, so that the Dask processes start
+        # while Snakemake finishes its own start (and this process imports Dask for the
+        # preflight); the first job waits for them. Snakemake calls shutdown() whenever it
+        # schedules; if it fails before that, the exit handler stops them. The workers'
+        # warm processes parse the workflow meanwhile, if a job of it goes the warm way:
+        # in local mode the workers start before the plan for that (clusters/early.py).
+        files, early = None, None
+        worker_env: dict[str, str] = {}
         if has_jobs(self.workflow):
-            # Launched now, so that the Dask processes start while Snakemake finishes its
-            # own start (and this process imports Dask for the preflight); the first job
-            # waits for them. Snakemake calls shutdown() whenever it schedules; if it
-            # fails before that, the exit handler stops them. The workers' warm processes
-            # parse the workflow meanwhile, if a job of it goes the warm way.
             try:
                 prime = self._builder.prime_request(jobs_to_look_at(self.workflow))
             except Exception:  # the first warm job starts the warm process, as before
                 prime = None
-            self._launched = launch(self._pending_source, self.config, prime)
+            files, worker_env = claim(self.config, prime)  # the run directory is this run's
+            try:
+                if worth_starting_early(self.config, prime):
+                    security = run_security(self.config, None)
+                    early = EarlyWorkers.start(self.config, security, worker_env)
+                # Planned (settings, allocation) now; launched below (Snakemake never
+                # calls shutdown() for a run with nothing to do).
+                source = make_source(
+                    self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}", early
+                )
+            except BaseException:
+                if early is not None:
+                    early.close()
+                files.close()
+                raise
+            self._pending_source: ClusterSource | None = source
+            launch(source, files, worker_env)  # (stops it and releases the files if it fails)
+            self._launched = files
             atexit.register(self._close_unstarted)
         else:
+            self._pending_source = make_source(
+                self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}"
+            )
             self._pending_source.preflight()
 
     @property

@@ -58,33 +58,40 @@ class Hooks:
 PRIME_FILE = "warm-prime.json"
 
 
-def launch(
-    source: ClusterSource, config: RunConfig, prime: Mapping[str, Any] | None = None
-) -> RunFiles:
-    """Claim the run directory and launch ``source``'s processes, then check its commands
-    (:meth:`~..clusters.base.ClusterSource.preflight`: in this process, it imports Dask's
-    command line, which the launched processes import meanwhile); the run's files. Called
-    at the executor's start when Snakemake has jobs to run, so that the cluster's start
-    overlaps the rest of Snakemake's; :meth:`Run.start` then waits for it. If the check
-    fails, what was launched is stopped and the files released before the error goes on.
-
-    ``prime``: a job command of the workflow that goes the warm way
-    (:meth:`..dispatch.job_commands.JobCommandBuilder.prime_request`): written into the run
-    directory and named in the workers' environment, so that each worker starts its warm
-    process at once and has it parse the workflow before the first warm job arrives."""
-    files = RunFiles.open(config.run_dir)  # one run's files at a time
+def claim(config: RunConfig, prime: Mapping[str, Any] | None) -> tuple[RunFiles, dict[str, str]]:
+    """Claim the run directory (one run's files at a time) for a run that will launch its
+    cluster; and what its workers' environment gets from this run: ``prime``, a job command
+    of the workflow that goes the warm way
+    (:meth:`..dispatch.job_commands.JobCommandBuilder.prime_request`), written into the run
+    directory and named there, so that each worker starts its warm process at once and has
+    it parse the workflow before the first warm job arrives."""
+    files = RunFiles.open(config.run_dir)
     try:
         worker_env = {}
         if prime is not None:
             path = config.run_dir / PRIME_FILE
             path.write_text(json.dumps(prime))
             worker_env[PRIME_VARIABLE] = str(path)
+    except BaseException:
+        files.close()
+        raise
+    return files, worker_env
+
+
+def launch(source: ClusterSource, files: RunFiles, worker_env: Mapping[str, str]) -> None:
+    """Launch ``source``'s processes (``worker_env`` added to the workers': :func:`claim`),
+    then check its commands (:meth:`~..clusters.base.ClusterSource.preflight`: in this
+    process, it imports Dask's command line, which the launched processes import
+    meanwhile). Called at the executor's start when Snakemake has jobs to run, so that the
+    cluster's start overlaps the rest of Snakemake's; :meth:`Run.start` then waits for it.
+    If the check fails, what was launched is stopped and the files released before the
+    error goes on."""
+    try:
         source.launch(worker_env)
         source.preflight()
     except BaseException:
         stop(source, files)
         raise
-    return files
 
 
 def stop(source: ClusterSource, files: RunFiles) -> None:

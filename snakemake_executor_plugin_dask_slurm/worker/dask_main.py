@@ -20,10 +20,19 @@ A worker also starts its warm process here, before Dask's import, when the run n
 command for it to parse (:func:`start_warm_early`): the import of Snakemake and the parse,
 the longest step before a run's first warm job, then overlap the worker's own start instead
 of following it.
+
+``python -m <this module> --args-on-stdin <Dask's worker module> <its first arguments>``: the
+rest of the worker's arguments come later, as one line of JSON (a list of strings) on stdin.
+Local mode starts its (one-process, ``--no-nanny``) workers this way before it has planned
+the cluster (:mod:`..clusters.early`), so that the warm process, started here first, imports
+Snakemake while Snakemake's own process is still busy with its start (one core idle then).
+No line (stdin closed: the run ended before its cluster's launch): the process exits 1,
+saying so, and its warm process with it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import sys
@@ -36,6 +45,8 @@ NUMPY_VARIABLE = "DASK_SLURM_DASK_NUMPY"
 #: What Dask's worker command puts in its environment as it starts
 #: (``distributed.proctitle.enable_proctitle_on_children``), before its preloads run.
 DASK_PARENT_VARIABLE = "__DASK_PARENT_PID"
+#: Before the module: the rest of its arguments come on stdin (one JSON line).
+ARGS_ON_STDIN = "--args-on-stdin"
 
 
 def block_numpy(env: Mapping[str, str] = os.environ) -> bool:
@@ -54,7 +65,9 @@ def allow_numpy() -> None:
         del sys.modules["numpy"]
 
 
-def start_warm_early(args: Sequence[str], env: MutableMapping[str, str] = os.environ) -> bool:
+def start_warm_early(
+    args: Sequence[str], env: MutableMapping[str, str] = os.environ, *, deferred: bool = False
+) -> bool:
     """In a worker (``args`` Dask's worker command's, one process: ``--no-nanny``) whose run
     named a job command to parse (``warm_host.PRIME_VARIABLE``): start its warm process now
     and have it parse that command (:func:`.warm_host.prime_from_env`), before the worker
@@ -64,10 +77,12 @@ def start_warm_early(args: Sequence[str], env: MutableMapping[str, str] = os.env
     Its environment is the one it would have had from the preload: Dask's worker command
     adds :data:`DASK_PARENT_VARIABLE` before its preloads run, so it is added here first
     (the same value, this process's pid), and a warm job's environment stays a cold
-    job's (tests/test_warm.py). True if the warm process was started."""
+    job's (tests/test_warm.py). ``deferred``: the rest of the worker's arguments come
+    later (:data:`ARGS_ON_STDIN`, which only one-process workers are started with). True
+    if the warm process was started."""
     from .warm_host import PRIME_VARIABLE, prime_from_env
 
-    if not one_process(args) or not env.get(PRIME_VARIABLE):
+    if not (deferred or one_process(args)) or not env.get(PRIME_VARIABLE):
         return False
     env[DASK_PARENT_VARIABLE] = str(os.getpid())
     return prime_from_env(env)
@@ -81,20 +96,55 @@ def one_process(args: Sequence[str]) -> bool:
     return bool(flags) and flags[-1] == "--no-nanny"
 
 
+def read_args_line(fd: int = 0) -> list[str] | None:
+    """One line of JSON on ``fd``: a list of strings (None: end of file before a line);
+    then ``fd`` is /dev/null, so that nothing this process starts holds the pipe."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    if not data.strip():
+        return None
+    args = json.loads(data)
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(f"not a list of strings: {data[:200]!r}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
+    deferred = args[:1] == [ARGS_ON_STDIN]
+    if deferred:
+        args = args[1:]
     if not args or args[0].startswith("-"):
-        sys.exit(f"usage: python -m {DASK_MAIN_MODULE} MODULE [ARGS...]")
+        sys.exit(f"usage: python -m {DASK_MAIN_MODULE} [{ARGS_ON_STDIN}] MODULE [ARGS...]")
     module, rest = args[0], args[1:]
     if module == DASK_WORKER_MODULE:
         try:
-            start_warm_early(rest)
+            start_warm_early(rest, deferred=deferred)
         except Exception as e:  # a head start, not a condition of the worker's start
             print(
                 f"dask-slurm: the warm process was not started with the worker "
                 f"({type(e).__name__}: {e}); the first warm job starts it",
                 file=sys.stderr,
             )
+    if deferred:
+        try:
+            more = read_args_line()
+        except ValueError as e:
+            sys.exit(f"dask-slurm: {module}'s arguments on stdin are not a JSON list: {e}")
+        if more is None:
+            sys.exit(
+                f"dask-slurm: {module} was started before the cluster's launch and its "
+                "arguments never came (the run ended before it launched its cluster): "
+                "nothing to do"
+            )
+        rest = [*rest, *more]
     block_numpy()
     sys.argv = [sys.argv[0], *rest]  # run_module sets argv[0] to the module's file, as -m does
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -15,6 +15,9 @@ small supervisor, in place of Dask's nanny. It
   the plugin learns that the dead worker's jobs are really gone before it tells Snakemake
   anything or runs them again elsewhere;
 - restarts a worker that was killed by a signal when asked to (``--restarts N``);
+- with ``--worker-args-on-stdin`` (and no restarts), starts the worker at once and leaves
+  the rest of its options to come on stdin, which the worker reads (one JSON line;
+  :mod:`.dask_main`): local mode starts its workers before it has planned the cluster;
 - on SIGTERM (the plugin's teardown, srun stopping the step), waits for the worker —
   which gets the same signal through its process group or SLURM — to close, kills it if
   it does not within ``STOP_TIMEOUT``, and ends what is left.
@@ -23,6 +26,8 @@ Standard library only (it runs on the nodes). Usage::
 
     python -m snakemake_executor_plugin_dask_slurm.worker.supervisor [--name NAME] [--indexed]
         [--job-prefix] --record-dir DIR [--restarts N] -- <dask worker options without --name>
+    python -m snakemake_executor_plugin_dask_slurm.worker.supervisor [--name NAME]
+        --record-dir DIR --worker-args-on-stdin --
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import DASK_MAIN_MODULE, DASK_WORKER_MODULE, proctree
+from .dask_main import ARGS_ON_STDIN
 from .environment import job_environment
 from .waiting import wait_until
 
@@ -60,6 +66,8 @@ class Options:
     restarts: int
     worker_args: tuple[str, ...]
     job_prefix: bool = False
+    #: The worker's options come on stdin (``--worker-args-on-stdin``).
+    args_on_stdin: bool = False
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -73,11 +81,20 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument("--job-prefix", action="store_true")
     parser.add_argument("--record-dir", required=True, type=Path)
     parser.add_argument("--restarts", type=int, default=0)
+    parser.add_argument("--worker-args-on-stdin", action="store_true")
     ns = parser.parse_args(args[:split])
     worker_args = tuple(args[split + 1 :])
     if any(a == "--name" or a.startswith("--name=") for a in worker_args):
         raise SystemExit("supervisor: the worker's --name is set by the supervisor itself")
-    return Options(ns.name, ns.indexed, ns.record_dir, ns.restarts, worker_args, ns.job_prefix)
+    if ns.worker_args_on_stdin and (worker_args or ns.restarts):
+        raise SystemExit(
+            "supervisor: with --worker-args-on-stdin the worker's options come on stdin, "
+            "once: none after '--', and no --restarts"
+        )
+    return Options(
+        ns.name, ns.indexed, ns.record_dir, ns.restarts, worker_args, ns.job_prefix,
+        ns.worker_args_on_stdin,
+    )  # fmt: skip
 
 
 def worker_name(
@@ -143,8 +160,9 @@ class Supervisor:
         self.worker: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
+        deferred = [ARGS_ON_STDIN] if self.opts.args_on_stdin else []
         return [
-            sys.executable, "-m", DASK_MAIN_MODULE, WORKER_MODULE,
+            sys.executable, "-m", DASK_MAIN_MODULE, *deferred, WORKER_MODULE,
             "--name", self.name, *self.opts.worker_args,
         ]  # fmt: skip
 
@@ -164,7 +182,13 @@ class Supervisor:
 
     def run_once(self) -> int:
         """Start the worker, wait for it, end what its jobs left; its wait status."""
-        self.worker = subprocess.Popen(self.argv(), env=self.worker_env, stdin=subprocess.DEVNULL)
+        # The worker reads its options from this process's stdin, which is then its alone.
+        stdin = None if self.opts.args_on_stdin else subprocess.DEVNULL
+        self.worker = subprocess.Popen(self.argv(), env=self.worker_env, stdin=stdin)
+        if self.opts.args_on_stdin:
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.close(devnull)
         pid = self.worker.pid
         _, status = _waitpid(pid)
         self.worker.returncode = os.waitstatus_to_exitcode(status)  # reaped above

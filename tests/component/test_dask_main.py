@@ -16,12 +16,15 @@ from snakemake_executor_plugin_dask_slurm.warm import ZYGOTE_MODULE
 from snakemake_executor_plugin_dask_slurm.warm.tasks import PRIMING
 from snakemake_executor_plugin_dask_slurm.worker import DASK_MAIN_MODULE, DASK_WORKER_MODULE
 from snakemake_executor_plugin_dask_slurm.worker.dask_main import (
+    ARGS_ON_STDIN,
     DASK_PARENT_VARIABLE,
     NUMPY_VARIABLE,
     start_warm_early,
 )
 from snakemake_executor_plugin_dask_slurm.worker.proctree import pid_alive
 from snakemake_executor_plugin_dask_slurm.worker.warm_host import PRIME_VARIABLE
+from tests.component.prime import write_prime
+from tests.waiting import eventually
 
 #: A module that says what it was run as and whether NumPy can be imported.
 PROBE = """
@@ -63,7 +66,43 @@ def test_without_a_module_it_says_how_it_is_called() -> None:
         [sys.executable, "-m", DASK_MAIN_MODULE], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 1
-    assert done.stderr.strip() == f"usage: python -m {DASK_MAIN_MODULE} MODULE [ARGS...]"
+    usage = f"usage: python -m {DASK_MAIN_MODULE} [{ARGS_ON_STDIN}] MODULE [ARGS...]"
+    assert done.stderr.strip() == usage
+
+
+#: A module that says its arguments and what its stdin is.
+STDIN_PROBE = """
+import os, sys
+print(sys.argv[1:], os.readlink("/proc/self/fd/0"))
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "said"),
+    [
+        (b'["b", "--c d"]\n', 0, "['--a', 'b', '--c d'] /dev/null"),
+        (b'["b"]', 0, "['--a', 'b'] /dev/null"),  # the writer closed without a newline
+        (b"", 1, "its arguments never came (the run ended before it launched its cluster)"),
+        (b'{"b": 1}\n', 1, "arguments on stdin are not a JSON list: not a list of strings"),
+    ],
+    ids=["line", "no-newline", "none", "not-a-list"],
+)
+def test_arguments_on_stdin_follow_the_ones_given(
+    tmp_path: Path, line: bytes, code: int, said: str
+) -> None:
+    """--args-on-stdin: the rest of the module's arguments are one JSON line on stdin;
+    the module then has /dev/null as its stdin. Without the line, or with something else,
+    it exits 1 saying why (no traceback) and never runs the module."""
+    (tmp_path / "stdin_probe.py").write_text(STDIN_PROBE)
+    done = subprocess.run(
+        [sys.executable, "-m", DASK_MAIN_MODULE, ARGS_ON_STDIN, "stdin_probe", "--a"],
+        input=line, cwd=tmp_path, capture_output=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )  # fmt: skip
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == code, err
+    assert said in (out if code == 0 else err)
+    assert "Traceback" not in err
 
 
 def test_allow_numpy_lifts_the_block_in_the_process() -> None:
@@ -95,31 +134,24 @@ def _environ(pid: int) -> dict[str, str]:
     return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
 
 
-def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path) -> None:
+@pytest.mark.parametrize("deferred", [False, True], ids=["options-given", "options-on-stdin"])
+def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path, deferred: bool) -> None:
     """A worker whose run named a job command to parse starts its warm process before it
     imports Dask: this one has no preload and waits for a scheduler file that never comes,
     and its warm process parses the workflow all the same, with the environment the
     preload would have given it (Dask's worker command's variable added, the run's naming
-    variable taken out); it ends with the worker."""
-    (tmp_path / "Snakefile").write_text(
-        'rule one:\n    output: "one.txt"\n    run:\n        pass\n'
-    )
-    request = {
-        "python": sys.executable,
-        "argv": [
-            "--snakefile", str(tmp_path / "Snakefile"), "--target-jobs", "one:",
-            "--allowed-rules", "one", "--cores", "1", "--nolock", "--mode", "remote",
-        ],
-        "env": [], "cwd": str(tmp_path), "log_dir": str(tmp_path / "logs"),
-    }  # fmt: skip
-    (tmp_path / "prime.json").write_text(json.dumps(request))
+    variable taken out); it ends with the worker. Started before its options are known
+    (local mode's early start), it does so before they come, then takes them."""
+    prime = write_prime(tmp_path)
+    options = ["--scheduler-file", str(tmp_path / "never.json"), "--no-nanny"]
     worker = subprocess.Popen(
         [
-            sys.executable, "-m", DASK_MAIN_MODULE, DASK_WORKER_MODULE,
-            "--scheduler-file", str(tmp_path / "never.json"), "--no-nanny",
+            sys.executable, "-m", DASK_MAIN_MODULE, *([ARGS_ON_STDIN] if deferred else []),
+            DASK_WORKER_MODULE, *([] if deferred else options),
         ],
-        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, env={**os.environ, PRIME_VARIABLE: str(tmp_path / "prime.json")},
+        cwd=tmp_path, stdin=subprocess.PIPE if deferred else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, PRIME_VARIABLE: str(prime)},
     )  # fmt: skip
     zygote = None
     try:
@@ -137,6 +169,19 @@ def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path) -> No
         assert env[DASK_PARENT_VARIABLE] == str(worker.pid)
         assert PRIME_VARIABLE not in env
         assert not (tmp_path / "one.txt").exists()  # parsed, nothing run
+        if deferred:  # the worker still waits for its options; then Dask's command runs
+            assert worker.stdin is not None
+            assert os.readlink(f"/proc/{worker.pid}/fd/0").startswith("pipe:")
+            assert os.readlink(f"/proc/{zygote}/fd/0") == "/dev/null"
+            worker.stdin.write((json.dumps(options) + "\n").encode())
+            worker.stdin.close()
+            eventually(
+                "the worker took its options (its stdin /dev/null then)",
+                lambda: os.readlink(f"/proc/{worker.pid}/fd/0") == "/dev/null",
+                timeout=30,
+            )
+            time.sleep(0.5)
+            assert worker.poll() is None  # Dask's command waits for the scheduler file
     finally:
         worker.terminate()
         worker.wait(timeout=30)

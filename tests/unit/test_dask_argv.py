@@ -9,6 +9,7 @@ from snakemake_executor_plugin_dask_slurm.clusters.dask_argv import (
     SupervisorOptions,
     WorkerOptions,
     dask_option_names,
+    deferred_options,
     resources_option,
     scheduler_command,
     supervised_worker_command,
@@ -150,6 +151,18 @@ def test_supervised_worker_command(supervisor: SupervisorOptions, head: list[str
         *("--resources", "cpus=8"),
         *WORKER_DEFAULT_TAIL,
     ]
+
+
+def test_a_command_whose_options_come_later_splits_from_the_planned_one() -> None:
+    """The early start's command (no worker options, ``--worker-args-on-stdin``) is the
+    planned command's head, and the rest what the worker is sent."""
+    supervisor = SupervisorOptions("/run/workers", name="local")
+    opts = WorkerOptions("/run/s.json", nthreads=2, resources=(("cpus", 2),))
+    planned = supervised_worker_command(PY, supervisor, opts)
+    early = supervised_worker_command(PY, supervisor, None)
+    assert early[-2:] == ["--worker-args-on-stdin", "--"]
+    assert deferred_options(planned) == (early, planned[planned.index("--") + 1 :])
+    assert deferred_options(planned)[1][:2] == ["--scheduler-file", "/run/s.json"]
 
 
 def test_dask_option_names() -> None:
