@@ -99,6 +99,23 @@ def test_an_early_worker_whose_environment_changed_is_stopped_not_used(tmp_path:
     assert session_members(sid) == []
 
 
+def test_an_early_worker_that_died_before_the_plan_is_replaced(tmp_path: Path) -> None:
+    """An early worker killed before the launch (its supervisor, SIGKILL) is not adopted:
+    the launch starts the plan's worker, and says why in the detail log."""
+    config = local_config(tmp_path)
+    worker_env = prime_env(tmp_path)
+    early = EarlyWorkers.start(config, PlainTcp(), worker_env)
+    (process,) = early.processes.values()
+    assert process.proc is not None
+    process.proc.kill()
+    process.proc.wait(10)
+    planned = planned_worker(config, worker_env)
+    assert early.adopt(planned) is None
+    assert early.not_adopted[planned.name] == "it was killed by signal SIGKILL before the plan"
+    sid = process.proc.pid
+    eventually("the dead supervisor's worker ended", lambda: not session_members(sid), 20)
+
+
 def test_the_early_workers_of_a_killed_snakemake_end_by_themselves(tmp_path: Path) -> None:
     """Snakemake killed (SIGKILL) after it started its workers early, before its launch:
     each worker reads the end of its stdin and exits, its supervisor ends its warm
