@@ -19,6 +19,9 @@ def write_prime(tmp_path: Path) -> Path:
         "argv": [
             "--snakefile", str(tmp_path / "Snakefile"), "--target-jobs", "one:",
             "--allowed-rules", "one", "--cores", "1", "--nolock", "--mode", "remote",
+            # as in every job command: without it the parse is refused (no shared source
+            # cache), and the primed server ends at once
+            "--runtime-source-cache-path", str(tmp_path / "source-cache"),
         ],
         "env": [], "cwd": str(tmp_path), "log_dir": str(tmp_path / "logs"),
     }  # fmt: skip

@@ -180,11 +180,16 @@ def test_a_worker_starts_its_warm_process_before_dask_does(tmp_path: Path, defer
                 lambda: os.readlink(f"/proc/{worker.pid}/fd/0") == "/dev/null",
                 timeout=30,
             )
-            time.sleep(0.5)
-            assert worker.poll() is None  # Dask's command waits for the scheduler file
+        time.sleep(0.5)
+        # the server parsed and stays (a refused parse would end it and say why)
+        text = logs[0].read_text()
+        assert "cannot go the warm way" not in text and _children(zygote), text
+        assert worker.poll() is None  # Dask's command waits for the scheduler file
     finally:
         worker.terminate()
         worker.wait(timeout=30)
+        if worker.stdin is not None:
+            worker.stdin.close()
     deadline = time.monotonic() + 10
     while zygote is not None and pid_alive(zygote) and time.monotonic() < deadline:
         time.sleep(0.1)
