@@ -80,6 +80,7 @@ class Executor(RemoteExecutor):
         self._closed = False
         self._started = False
         self._launched: RunFiles | None = None  # the cluster launched, not yet started
+        self._pending_source: ClusterSource | None = None  # planned, not yet started
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._scheduling_tuned = False
         self._listeners = Listeners()
@@ -173,7 +174,7 @@ class Executor(RemoteExecutor):
                     early.close()
                 files.close()
                 raise
-            self._pending_source: ClusterSource | None = source
+            self._pending_source = source
             launch(source, files, worker_env)  # (stops it and releases the files if it fails)
             self._launched = files
             atexit.register(self._close_unstarted)
