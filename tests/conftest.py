@@ -71,7 +71,8 @@ def live_processes(token: str, tmp_path: str) -> list[tuple[int, str]]:
             continue
         cmd = _cmdline(pid)
         plugin = any(m in cmd for m in PLUGIN_MARKERS)
-        under = tmp_path in cmd or _cwd(pid).startswith(tmp_path)
+        cwd = _cwd(pid)
+        under = tmp_path in cmd or cwd == tmp_path or cwd.startswith(tmp_path + "/")
         ours = token in cmd or (plugin and under)
         if ours and _state(pid) not in ("Z", "X"):
             found.append((int(pid), cmd))

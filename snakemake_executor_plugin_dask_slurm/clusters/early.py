@@ -46,9 +46,9 @@ def worth_starting_early(config: RunConfig, prime: Mapping[str, object] | None) 
 class EarlyWorkers:
     """Local workers started before the plan, by their log path (one per worker)."""
 
-    def __init__(self, security: RunSecurity, processes: Mapping[Path, ManagedProcess]):
+    def __init__(self, security: RunSecurity):
         self.security = security
-        self.processes = dict(processes)
+        self.processes: dict[Path, ManagedProcess] = {}
         #: Why a worker was not adopted (for the log), by its name.
         self.not_adopted: dict[str, str] = {}
 
@@ -58,7 +58,7 @@ class EarlyWorkers:
     ) -> EarlyWorkers:
         """Start the local workers of ``config`` (their environment: this process's, the
         plan's, ``worker_env``), waiting for their Dask options."""
-        early = cls(security, {})
+        early = cls(security)
         try:
             for spec in early_local_workers(config, sys.executable, os.getpid(), security):
                 env = dict(os.environ) | dict(spec.env) | dict(worker_env)
@@ -80,11 +80,9 @@ class EarlyWorkers:
         command, options = deferred_options(worker.argv)
         if list(early.argv) != command:
             why = "its command is not the planned one"
-        elif dict(early.env or {}) != dict(worker.env or {}):
+        elif (mine := dict(early.env or {})) != (planned := dict(worker.env or {})):
             changed = sorted(
-                k
-                for k in set(early.env or {}) | set(worker.env or {})
-                if (early.env or {}).get(k) != (worker.env or {}).get(k)
+                k for k in mine.keys() | planned.keys() if mine.get(k) != planned.get(k)
             )
             why = f"its environment is not the planned one ({', '.join(changed[:5])})"
         elif early.status is not Status.running:

@@ -152,23 +152,21 @@ class Executor(RemoteExecutor):
         # schedules; if it fails before that, the exit handler stops them. The workers'
         # warm processes parse the workflow meanwhile, if a job of it goes the warm way:
         # in local mode the workers start before the plan for that (clusters/early.py).
-        files, early = None, None
-        worker_env: dict[str, str] = {}
+        name = f"dask-slurm-{self._run_token}"
         if has_jobs(self.workflow):
             try:
                 prime = self._builder.prime_request(jobs_to_look_at(self.workflow))
             except Exception:  # the first warm job starts the warm process, as before
                 prime = None
             files, worker_env = claim(self.config, prime)  # the run directory is this run's
+            early: EarlyWorkers | None = None
             try:
                 if worth_starting_early(self.config, prime):
                     security = run_security(self.config, None)
                     early = EarlyWorkers.start(self.config, security, worker_env)
                 # Planned (settings, allocation) now; launched below (Snakemake never
                 # calls shutdown() for a run with nothing to do).
-                source = make_source(
-                    self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}", early
-                )
+                source = make_source(self.config, self.logger, given_cores, name, early)
             except BaseException:
                 if early is not None:
                     early.close()
@@ -179,9 +177,7 @@ class Executor(RemoteExecutor):
             self._launched = files
             atexit.register(self._close_unstarted)
         else:
-            self._pending_source = make_source(
-                self.config, self.logger, given_cores, f"dask-slurm-{self._run_token}"
-            )
+            self._pending_source = make_source(self.config, self.logger, given_cores, name)
             self._pending_source.preflight()
 
     @property

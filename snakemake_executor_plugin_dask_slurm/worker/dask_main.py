@@ -96,6 +96,13 @@ def one_process(args: Sequence[str]) -> bool:
     return bool(flags) and flags[-1] == "--no-nanny"
 
 
+def to_devnull(fd: int = 0) -> None:
+    """Make ``fd`` /dev/null (read-only): what it was, this process holds no more."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 def read_args_line(fd: int = 0) -> list[str] | None:
     """One line of JSON on ``fd``: a list of strings (None: end of file before a line);
     then ``fd`` is /dev/null, so that nothing this process starts holds the pipe."""
@@ -105,9 +112,7 @@ def read_args_line(fd: int = 0) -> list[str] | None:
         if not chunk:
             break
         data += chunk
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    to_devnull(fd)
     if not data.strip():
         return None
     args = json.loads(data)

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import DASK_MAIN_MODULE, DASK_WORKER_MODULE, proctree
-from .dask_main import ARGS_ON_STDIN
+from .dask_main import ARGS_ON_STDIN, to_devnull
 from .environment import job_environment
 from .waiting import wait_until
 
@@ -186,9 +186,7 @@ class Supervisor:
         stdin = None if self.opts.args_on_stdin else subprocess.DEVNULL
         self.worker = subprocess.Popen(self.argv(), env=self.worker_env, stdin=stdin)
         if self.opts.args_on_stdin:
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)
-            os.close(devnull)
+            to_devnull(0)
         pid = self.worker.pid
         _, status = _waitpid(pid)
         self.worker.returncode = os.waitstatus_to_exitcode(status)  # reaped above
