@@ -9,11 +9,98 @@ What the dispatcher makes of the events is :mod:`..dispatch.outcomes`'.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 #: ``TaskSpec.tmpdir`` value meaning "the worker's own temporary directory", i.e.
 #: Snakemake's default ``tmpdir=system_tmpdir`` evaluated where the job runs.
 SYSTEM_TMPDIR = "system_tmpdir"
+
+
+class Why(StrEnum):
+    """Why a general-way job went the cold way (a fresh Snakemake): one named reason, decided
+    in whichever process knows it (the wire carries the value). What it means to a user is
+    :data:`WHY_TEXT`; the pid, path or message of one case goes in :attr:`Cold.detail`.
+    The user guide's list of reasons is checked against this enum (tests/unit)."""
+
+    # Decided in Snakemake's process (ways of a job: dispatch/job_commands.py).
+    WARM_OFF = "warm-off"
+    DEPLOYMENT = "deployment"
+    NEEDS_SHELL = "needs-shell"
+    NOT_SNAKEMAKE = "not-snakemake"
+    # main side: add above this line
+
+    # Decided on the worker (worker/warm_host.py, worker/task.py).
+    CANNOT_START = "cannot-start"
+    DIED_TOO_OFTEN = "died-too-often"
+    LOST_WHILE_RUNNING = "lost-while-running"
+    # worker: add above this line
+
+    # Decided in the warm process and its primed servers (warm/).
+    OTHER_CWD = "other-cwd"
+    OTHER_PYTHON = "other-python"
+    KEY_TOO_LONG = "key-too-long"
+    ENV_SETS_MARKER = "env-sets-marker"
+    SOURCES_CHANGED = "sources-changed"
+    PARSE_EFFECTS = "parse-effects"
+    EXIT_HANDLERS = "exit-handlers"
+    PARSE_FAILED = "parse-failed"
+    THREADS_LEFT = "threads-left"
+    BLAS_UNSIZABLE = "blas-unsizable"
+    NO_SOURCE_CACHE = "no-source-cache"
+    INTERNALS_CHANGED = "internals-changed"
+    # warm process: add above this line
+
+
+#: What each reason means, as the end-of-run count and the user guide say it.
+WHY_TEXT: dict[Why, str] = {
+    Why.WARM_OFF: "the warm path is turned off (--dask-slurm-no-warm)",
+    Why.DEPLOYMENT: "its rule uses conda, a container or another software deployment",
+    Why.NEEDS_SHELL: "its job command needs a shell",
+    Why.NOT_SNAKEMAKE: "its job command does not run Snakemake",
+    Why.CANNOT_START: "the worker's warm process could not start",
+    Why.DIED_TOO_OFTEN: "the worker's warm process died too often",
+    Why.LOST_WHILE_RUNNING: "the warm process running it died; its processes were ended first",
+    Why.OTHER_CWD: "it runs in another working directory than the warm process",
+    Why.OTHER_PYTHON: "it runs another Python interpreter than the warm process",
+    Why.KEY_TOO_LONG: "its command is too long for the warm path's marker",
+    Why.ENV_SETS_MARKER: "its environment sets the warm path's own marker variable",
+    Why.SOURCES_CHANGED: "the workflow's sources changed too often while it ran",
+    Why.PARSE_EFFECTS: "parsing the workflow has effects the cold way repeats for every job",
+    Why.EXIT_HANDLERS: "parsing the workflow registers exit handlers",
+    Why.PARSE_FAILED: "the warm process could not parse the workflow",
+    Why.THREADS_LEFT: "parsing the workflow leaves threads running",
+    Why.BLAS_UNSIZABLE: "its BLAS or OpenMP thread pools cannot be sized per job",
+    Why.NO_SOURCE_CACHE: "its job command has no runtime source cache",
+    Why.INTERNALS_CHANGED: "this Snakemake's internals differ from those the warm path knows",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Cold:
+    """A general-way job goes (or went) the cold way: the named reason, and what of this
+    one case a user may need (a pid, a path, Snakemake's message; "" when nothing)."""
+
+    why: Why
+    detail: str = ""
+
+    def __str__(self) -> str:
+        text = WHY_TEXT[self.why]
+        return f"{text} ({self.detail})" if self.detail else text
+
+    def to_wire(self) -> list[str]:
+        """Two strings, for JSON and msgpack messages (:meth:`from_wire` reads them)."""
+        return [self.why.value, self.detail]
+
+    @classmethod
+    def from_wire(cls, value: Any) -> Cold | None:
+        """The :class:`Cold` that :meth:`to_wire` sent, or None for anything else."""
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            return None
+        try:
+            return cls(Why(value[0]), str(value[1]))
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)
