@@ -405,8 +405,9 @@ def test_memory_grant_becomes_a_worker_resource(
         slurm_cluster, workdir, no_leftovers, "--keep-going", salloc_extra=("--mem=1500",)
     )
     assert run.returncode == 1, run
-    assert "memory per node: 1500 (" in run.output
+    # --mem=1500 is 1500 MiB, 1572 MB: mem_mb's unit, so the 1600 MB rule still does not fit.
+    assert "memory per node: 1572 MB (SLURM_MEM_PER_NODE=1500 MiB)" in run.output
     assert [(workdir / f"small{i}.txt").read_text() for i in range(3)] == ["ok\n"] * 3
     assert "rule big (jobid" in run.output and "asks for cpus=1, mem_mb=1600" in run.output
-    assert "the largest worker offers cpus=8, mem_mb=1500" in run.output
+    assert "the largest worker offers cpus=8, mem_mb=1572" in run.output
     assert not (workdir / "big.txt").exists()

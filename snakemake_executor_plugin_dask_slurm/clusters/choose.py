@@ -54,7 +54,7 @@ def local_mem_mb(cpus: int) -> tuple[int, str]:
         return granted[0], source
     from distributed.system import MEMORY_LIMIT
 
-    return MEMORY_LIMIT // 2**20, "memory this process may use (cgroup/machine)"
+    return MEMORY_LIMIT // 10**6, "memory this process may use (cgroup/machine)"
 
 
 def run_security(config: RunConfig, seconds_left: float | None) -> RunSecurity:

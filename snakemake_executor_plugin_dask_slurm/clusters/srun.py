@@ -46,6 +46,10 @@ from .spec import plan_srun
 SCONTROL_TIMEOUT = 15.0
 
 
+def _megabytes(mb: int | None) -> str:
+    return f"{mb} MB" if mb else "not granted explicitly"
+
+
 def run_end(
     config: RunConfig, env: Mapping[str, str], seconds_left: float | None, now: float
 ) -> AllocationEnd | None:
@@ -184,7 +188,7 @@ class SrunCluster(ProcessCluster):
         lines = [
             f"allocation {alloc.job_id}: nodes {','.join(alloc.nodes)}; CPUs per node "
             f"{','.join(map(str, alloc.cpus))} (from {alloc.cpus_source})",
-            f"memory per node: {alloc.mem_mb_per_node or 'not granted explicitly'} "
+            f"memory per node: {_megabytes(alloc.mem_mb_per_node)} "
             f"({alloc.mem_source}); GPUs per node: {alloc.gpus_per_node or 0}",
             f"workers: {self.layout.describe()}",
             f"scheduler on {socket.gethostname()} at "

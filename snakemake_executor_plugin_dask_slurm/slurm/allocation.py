@@ -21,6 +21,17 @@ from .hostlist import expand_cpus_per_node, expand_hostlist
 
 _REQUIRED = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST")
 
+#: SLURM's memory sizes (``--mem``, ``SLURM_MEM_PER_NODE``, ``SLURM_MEM_PER_CPU``, a node's
+#: ``RealMemory``) are in MiB, 2^20 bytes, though SLURM writes "MB". Snakemake's ``mem_mb``,
+#: which a rule asks for and a worker advertises, is in MB, 10^6 bytes.
+BYTES_PER_MIB = 2**20
+BYTES_PER_MB = 10**6
+
+
+def mib_to_mb(mib: int) -> int:
+    """A SLURM size in MiB as whole MB (10^6 bytes), rounded down: never more than granted."""
+    return mib * BYTES_PER_MIB // BYTES_PER_MB
+
 
 class SlurmEnvironmentError(DaskSlurmError):
     """The environment does not describe a usable SLURM allocation."""
@@ -94,7 +105,7 @@ class Allocation:
     nodes: tuple[str, ...]
     cpus: tuple[int, ...]
     cpus_source: str
-    mem_mb: tuple[int, ...] | None  # per node, aligned with ``nodes``; None if unknown
+    mem_mb: tuple[int, ...] | None  # MB per node, aligned with ``nodes``; None if unknown
     mem_source: str
     gpus_per_node: int | None
     gpu_type: str | None  # "a100" for SLURM_GPUS_PER_NODE=a100:2; None if untyped/mixed
@@ -181,21 +192,22 @@ def _per_node_cpus(
 def granted_memory(
     env: Mapping[str, str], cpus: tuple[int, ...]
 ) -> tuple[tuple[int, ...] | None, str]:
-    """The memory SLURM granted on each node (MB), given each node's CPUs, and where the
-    number came from; None when the job was granted no size (the one memory reader, for
-    local and srun mode alike)."""
-    per_node = env.get("SLURM_MEM_PER_NODE")
-    if _positive_int(per_node) is not None:
-        return (int(per_node or 0),) * len(cpus), f"SLURM_MEM_PER_NODE={per_node} (MB)"
-    per_cpu = env.get("SLURM_MEM_PER_CPU")
-    if _positive_int(per_cpu) is not None:
-        mb = int(per_cpu or 0)
-        return tuple(mb * c for c in cpus), f"SLURM_MEM_PER_CPU={per_cpu} (MB) x CPUs"
-    return None, "not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size in MB"
+    """The memory SLURM granted on each node in MB (SLURM's MiB converted), given each
+    node's CPUs, and where the number came from; None when the job was granted no size
+    (the one memory reader, for local and srun mode alike)."""
+    per_node = _positive_int(env.get("SLURM_MEM_PER_NODE"))
+    if per_node is not None:
+        return (mib_to_mb(per_node),) * len(cpus), f"SLURM_MEM_PER_NODE={per_node} MiB"
+    per_cpu = _positive_int(env.get("SLURM_MEM_PER_CPU"))
+    if per_cpu is not None:
+        return tuple(
+            mib_to_mb(per_cpu * c) for c in cpus
+        ), f"SLURM_MEM_PER_CPU={per_cpu} MiB x CPUs"
+    return None, "not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size"
 
 
 def parse_node_memory(text: str) -> dict[str, int]:
-    """``RealMemory`` (MB) of each node in ``scontrol show node -o`` output."""
+    """``RealMemory`` (MiB, as SLURM counts) of each node in ``scontrol show node -o`` output."""
     found = {}
     for line in text.splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
@@ -206,14 +218,15 @@ def parse_node_memory(text: str) -> dict[str, int]:
 
 
 def with_node_memory(alloc: Allocation, memory: Mapping[str, int]) -> Allocation:
-    """``alloc`` with each node's ``RealMemory`` where SLURM granted no memory size: a job
-    may then use up to what its node has, and a rule asking for more can never run."""
+    """``alloc`` with each node's ``RealMemory`` (``memory``, MiB) where SLURM granted no
+    memory size: a job may then use up to what its node has, and a rule asking for more
+    can never run."""
     if alloc.mem_mb is not None or any(node not in memory for node in alloc.nodes):
         return alloc
     return dataclasses.replace(
         alloc,
-        mem_mb=tuple(memory[node] for node in alloc.nodes),
-        mem_source="RealMemory of each node (scontrol show node), as no --mem was granted",
+        mem_mb=tuple(mib_to_mb(memory[node]) for node in alloc.nodes),
+        mem_source="RealMemory (MiB) of each node (scontrol show node), as no --mem was granted",
     )
 
 

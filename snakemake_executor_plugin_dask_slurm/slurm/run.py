@@ -190,7 +190,7 @@ def scontrol_time_left(scontrol: str, job_id: str, timeout: float) -> float | No
 
 
 def scontrol_node_memory(scontrol: str, nodes: Sequence[str], timeout: float) -> dict[str, int]:
-    """Each node's ``RealMemory`` in MB ({} if scontrol could not say)."""
+    """Each node's ``RealMemory`` in MiB, as SLURM counts ({} if scontrol could not say)."""
     done = ask([scontrol, "show", "node", "-o", ",".join(nodes)], timeout)
     if done is None or done.returncode != 0:
         return {}

@@ -9,7 +9,10 @@ from snakemake_executor_plugin_dask_slurm.slurm.allocation import (
     SlurmEnvironmentError,
     cpus_for_this_node,
     in_allocation,
+    mib_to_mb,
+    parse_node_memory,
     read_allocation,
+    with_node_memory,
 )
 
 # What an `salloc -N3 --exclusive` shell on the login host sees on the test cluster.
@@ -90,7 +93,7 @@ def test_salloc_shell_on_login_node_is_sized_by_the_grant_not_the_machine() -> N
         cpus=(4, 4, 8),
         cpus_source="SLURM_JOB_CPUS_PER_NODE=4(x2),8",
         mem_mb=None,
-        mem_source="not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size in MB",
+        mem_source="not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size",
         gpus_per_node=None,
         gpu_type=None,
         gpus_source="none: neither SLURM_GPUS_PER_NODE nor SLURM_GPUS_ON_NODE gives a GPU count",
@@ -175,22 +178,23 @@ def test_batch_script_knows_it_runs_on_an_allocated_node() -> None:
 @pytest.mark.parametrize(
     ("extra", "mem_mb", "source"),
     [
-        ({"SLURM_MEM_PER_NODE": "2000"}, (2000, 2000, 2000), "SLURM_MEM_PER_NODE=2000 (MB)"),
-        ({"SLURM_MEM_PER_CPU": "500"}, (2000, 2000, 4000), "SLURM_MEM_PER_CPU=500 (MB) x CPUs"),
+        # SLURM counts in MiB; mem_mb is MB (10^6 bytes): 2000 MiB are 2097 MB.
+        ({"SLURM_MEM_PER_NODE": "2000"}, (2097, 2097, 2097), "SLURM_MEM_PER_NODE=2000 MiB"),
+        ({"SLURM_MEM_PER_CPU": "500"}, (2097, 2097, 4194), "SLURM_MEM_PER_CPU=500 MiB x CPUs"),
         (
             {"SLURM_MEM_PER_NODE": "3000", "SLURM_MEM_PER_CPU": "500"},
-            (3000, 3000, 3000),
-            "SLURM_MEM_PER_NODE=3000 (MB)",
+            (3145, 3145, 3145),
+            "SLURM_MEM_PER_NODE=3000 MiB",
         ),
         (
             {"SLURM_MEM_PER_NODE": "0", "SLURM_MEM_PER_CPU": "500"},
-            (2000, 2000, 4000),
-            "SLURM_MEM_PER_CPU=500 (MB) x CPUs",
+            (2097, 2097, 4194),
+            "SLURM_MEM_PER_CPU=500 MiB x CPUs",
         ),
         (
             {"SLURM_MEM_PER_NODE": "lots"},
             None,
-            "not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size in MB",
+            "not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size",
         ),
     ],
 )
@@ -289,3 +293,22 @@ def test_read_allocation_errors(env: dict[str, str], fragments: list[str]) -> No
         read_allocation(env, None, 64, 128)
     for fragment in fragments:
         assert fragment in str(caught.value)
+
+
+@pytest.mark.parametrize(("mib", "mb"), [(1, 1), (1000, 1048), (1500, 1572), (2000, 2097)])
+def test_a_slurm_size_in_mib_is_converted_to_mb_rounded_down(mib: int, mb: int) -> None:
+    assert mib_to_mb(mib) == mb
+
+
+def test_real_memory_without_a_grant_is_mib_converted_to_mb() -> None:
+    text = (
+        "NodeName=n1 CPUTot=4 RealMemory=2000 State=IDLE\n"
+        "NodeName=n2 CPUTot=4 RealMemory=1000 State=IDLE\n"
+    )
+    memory = parse_node_memory(text)
+    assert memory == {"n1": 2000, "n2": 1000}  # as SLURM counts: MiB
+    alloc = read_allocation({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
+                             "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}, None, 4, 4)  # fmt: skip
+    grown = with_node_memory(alloc, memory)
+    assert grown.mem_mb == (2097, 1048)
+    assert grown.mem_source.startswith("RealMemory (MiB) of each node")

@@ -112,7 +112,8 @@ def test_local_layout_refuses_more_workers_than_cpus() -> None:
 def test_group_resources_share_a_node_and_refuse_workers_without_a_gpu() -> None:
     alloc = read_allocation(ALLOCATION | {"SLURM_GPUS_PER_NODE": "2"}, ["n1", "n2", "n3"], 2, 2)
     group = NodeGroup(("n3",), 8, 2, 4)
-    assert group_resources(group, alloc) == {"cpus": 4, "mem_mb": 1000, "gpus": 1}
+    # 2000 MiB per node is 2097 MB (mem_mb's unit), shared by two workers.
+    assert group_resources(group, alloc) == {"cpus": 4, "mem_mb": 1048, "gpus": 1}
     with pytest.raises(DaskSlurmError, match="some workers would get no GPU at all"):
         group_resources(NodeGroup(("n3",), 8, 4, 2), alloc)
 
