@@ -211,6 +211,7 @@ def make_worker_jobs(
 
     from .preflight import check_plan
     from .spec import Paths, sample_worker_argv, worker_recipe
+    from .worker_jobs.landing import Lander
     from .worker_jobs.provider import GrowthCommands, SlurmProvider
 
     recipe = dataclasses.replace(
@@ -223,4 +224,4 @@ def make_worker_jobs(
     check_plan(None, [sample_worker_argv(recipe)], config.worker_args)
     provider = SlurmProvider(config.growth, recipe, config.run_dir, name, GrowthCommands.find())
     provider.prepare()
-    return WorkerJobs(provider, say, warn, runway=runway, landing_margin=config.landing_margin)
+    return WorkerJobs(Lander(provider, say, warn, runway, landing_margin=config.landing_margin))

@@ -18,6 +18,7 @@ from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import policy
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs import pool as pool_module
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.growing import PoolGrowth
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.job import Action, End, State
+from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.landing import Lander
 from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.pool import (
     GROW_AFTER,
     POLL_SECONDS,
@@ -69,9 +70,8 @@ class Pool:
         )  # fmt: skip
         commands = GrowthCommands("sbatch", "squeue", "scancel", "sinfo", "srun")
         provider = SlurmProvider(config, recipe, tmp_path, "dask-slurm-t", commands, self.slurm)
-        self.jobs = WorkerJobs(
-            provider, self.said.append, self.warned.append, runway=runway, landing_margin=120.0
-        )
+        lander = Lander(provider, self.said.append, self.warned.append, runway, 120.0)
+        self.jobs = WorkerJobs(lander)
         self.landings = Landings()
         self.jobs.lander.landings = self.landings
         provider.prepare()

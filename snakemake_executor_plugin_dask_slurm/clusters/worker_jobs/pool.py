@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...slurm.run import SlurmCommandError, node_of_worker
-from ...worker.clock import Runway
 from ...worker.scheduler_preload import (
     LOAD_HANDLER,
     RETIRE_IDLE_HANDLER,
@@ -61,22 +60,16 @@ ENDING_GRACE = 3.0
 class WorkerJobs:
     """The run's worker jobs: submitted, watched, retired, cancelled."""
 
-    def __init__(
-        self,
-        provider: SlurmProvider,
-        say: Callable[[str], None],
-        warn: Callable[[str], None],
-        runway: Runway | None = None,
-        landing_margin: float = 0.0,
-    ):
+    def __init__(self, lander: Lander):
+        #: Each worker job's landing before its time limit (and the run's runway); its
+        #: provider and its say/warn are the pool's.
+        self.lander = lander
         #: SLURM: submit, status, cancel (prepared before the pool starts).
-        self.provider = provider
-        self.config = provider.config
-        #: Each worker job's landing before its time limit (and the run's runway).
-        self.lander = Lander(provider, say, warn, runway, landing_margin)
+        self.provider: SlurmProvider = lander.provider
+        self.config = lander.provider.config
+        self.say, self.warn = lander.say, lander.warn
         #: Seconds from submission until the workers joined, per job, in order.
         self.waits: list[float] = []
-        self.say, self.warn = say, warn
         self.jobs: dict[str, WorkerJob] = {}
         self.failures = 0
         self.next_submission = 0.0
