@@ -270,8 +270,8 @@ def ignored_settings(settings: ExecutorSettings, cluster: str) -> tuple[str, ...
     return tuple(found)
 
 
-def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -> RunConfig:
-    """Validate ``settings`` and return the run's configuration."""
+def _check_values(settings: ExecutorSettings) -> None:
+    """Each setting checked on its own (a choice, a count, a duration, an address)."""
     _check_choice("--dask-slurm-cluster", settings.cluster, CLUSTER_CHOICES)
     _check_choice("--dask-slurm-file-locking", settings.file_locking, FILE_LOCKING_CHOICES)
     _check_positive("--dask-slurm-workers", settings.workers)
@@ -285,7 +285,9 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         if value < 0:
             raise DaskSlurmError(f"{option} must be 0 or more seconds, got {value}.")
     _check_dashboard_address(settings.dashboard_address)
-    cluster, reason = choose_cluster(settings.cluster, env)
+
+
+def _check_scheduler_address(settings: ExecutorSettings, cluster: str) -> None:
     if cluster == "attach":
         _check_attach(settings)
         _check_address(settings.scheduler_address)
@@ -294,19 +296,32 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
             "--dask-slurm-scheduler-address only applies to --dask-slurm-cluster attach; "
             f"this run starts its own scheduler ({cluster})."
         )
+
+
+def _usage_report_dir(
+    settings: ExecutorSettings, run_dir: Path, workdir: Path
+) -> tuple[Path | None, tuple[str, ...]]:
+    """Where the usage report goes (None: off), and a warning for a setting it ignores."""
+    if not settings.no_usage_report:
+        return workdir / (settings.usage_report_dir or run_dir / USAGE_REPORT_DIR), ()
+    if settings.usage_report_dir:
+        return None, (
+            "--dask-slurm-usage-report-dir is ignored: --dask-slurm-no-usage-report turns "
+            "the report off.",
+        )
+    return None, ()
+
+
+def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -> RunConfig:
+    """Validate ``settings`` and return the run's configuration."""
+    _check_values(settings)
+    cluster, reason = choose_cluster(settings.cluster, env)
+    _check_scheduler_address(settings, cluster)
     run_dir = Path(settings.run_dir) if settings.run_dir else Path(".snakemake", "dask-slurm")
     if not run_dir.is_absolute():
         run_dir = workdir / run_dir
-    usage_report_dir = None
-    warnings = ignored_settings(settings, cluster)
-    if settings.no_usage_report:
-        if settings.usage_report_dir:
-            warnings += (
-                "--dask-slurm-usage-report-dir is ignored: --dask-slurm-no-usage-report turns "
-                "the report off.",
-            )
-    else:
-        usage_report_dir = workdir / (settings.usage_report_dir or run_dir / USAGE_REPORT_DIR)
+    usage_report_dir, report_warnings = _usage_report_dir(settings, run_dir, workdir)
+    warnings = ignored_settings(settings, cluster) + report_warnings
     return RunConfig(
         cluster=cluster,
         cluster_reason=reason,

@@ -124,26 +124,12 @@ def _one_rule(rule: str, rows: list[Attempt]) -> RuleStats:
         (a.rss_at_most_mb for a in measured if a.rss_at_most_mb is not None), default=None
     )
     cores = _sorted(a.cores for a in done)
-    threads_seen = Counter(a.threads for a in rows)
-    threads = threads_seen.most_common(1)[0][0]
-    mems = [a.mem_mb for a in rows if a.mem_mb is not None]
-    runtimes = [a.runtime_min for a in rows if a.runtime_min is not None]
+    asked = _asked(rows)
     done_wall = sum(a.wall or 0.0 for a in done)
     done_cpu = sum(a.cpu or 0.0 for a in done)
     done_reserved = sum(a.threads * (a.wall or 0.0) for a in done)
     cpu_efficiency = done_cpu / done_reserved if done_reserved > 0 else None
     cores_p90 = percentile(cores, CORES_PERCENTILE) if cores else None
-    mem_mb = max(mems) if mems else None
-    runtime_min = max(runtimes) if runtimes else None
-    varies = []
-    if (
-        walls
-        and walls[-1] >= VARY_MIN_SECONDS
-        and walls[-1] > VARY_WALL_FACTOR * percentile(walls, 50)
-    ):
-        varies.append("wall time")
-    if rss and rss[-1] >= VARY_MIN_MB and rss[-1] > VARY_MEM_FACTOR * percentile(rss, 50):
-        varies.append("memory")
     return RuleStats(
         rule=rule,
         group=rows[0].group,
@@ -154,15 +140,11 @@ def _one_rule(rule: str, rows: list[Attempt]) -> RuleStats:
         lost=outcomes["lost"],
         stopped=outcomes["stopped"],
         not_started=outcomes["not-started"],
-        threads=threads,
-        asked_differently=tuple(
-            name
-            for name, seen in (("threads", threads_seen), ("mem_mb", mems), ("runtime", runtimes))
-            if len(set(seen)) > 1
-        ),
-        mem_mb=mem_mb,
-        jobs_without_mem=len(rows) - len(mems),
-        runtime_min=runtime_min,
+        threads=asked.threads,
+        asked_differently=asked.differently,
+        mem_mb=asked.mem_mb,
+        jobs_without_mem=asked.without_mem,
+        runtime_min=asked.runtime_min,
         wall_p50=percentile(walls, 50) if walls else None,
         wall_p95=percentile(walls, 95) if walls else None,
         wall_max=walls[-1] if walls else None,
@@ -175,11 +157,11 @@ def _one_rule(rule: str, rows: list[Attempt]) -> RuleStats:
         rss_p50_mb=percentile(rss, 50) if rss else None,
         rss_max_mb=rss[-1] if rss else None,
         rss_at_most_mb=at_most,
-        varies=tuple(varies),
+        varies=_varies(walls, rss),
         suggestion=suggest(
-            threads,
-            mem_mb,
-            runtime_min,
+            asked.threads,
+            asked.mem_mb,
+            asked.runtime_min,
             cpu_efficiency,
             cores_p90,
             rss[-1] if rss else None,
@@ -188,6 +170,45 @@ def _one_rule(rule: str, rows: list[Attempt]) -> RuleStats:
         ),
         members=rows[0].members,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """What a rule's jobs asked for."""
+
+    threads: int  # the most common
+    mem_mb: float | None  # the largest; None: none of its jobs asked
+    runtime_min: float | None  # the largest; None: none set
+    differently: tuple[str, ...]  # which of "threads", "mem_mb", "runtime" its jobs varied
+    without_mem: int  # jobs that asked no mem_mb
+
+
+def _asked(rows: Sequence[Attempt]) -> _Asked:
+    threads_seen = Counter(a.threads for a in rows)
+    mems = [a.mem_mb for a in rows if a.mem_mb is not None]
+    runtimes = [a.runtime_min for a in rows if a.runtime_min is not None]
+    seen = (("threads", threads_seen), ("mem_mb", mems), ("runtime", runtimes))
+    return _Asked(
+        threads=threads_seen.most_common(1)[0][0],
+        mem_mb=max(mems) if mems else None,
+        runtime_min=max(runtimes) if runtimes else None,
+        differently=tuple(name for name, values in seen if len(set(values)) > 1),
+        without_mem=len(rows) - len(mems),
+    )
+
+
+def _varies(walls: Sequence[float], rss: Sequence[float]) -> tuple[str, ...]:
+    """Which of wall time and memory vary widely among the jobs (both sorted)."""
+    varies = []
+    if (
+        walls
+        and walls[-1] >= VARY_MIN_SECONDS
+        and walls[-1] > VARY_WALL_FACTOR * percentile(walls, 50)
+    ):
+        varies.append("wall time")
+    if rss and rss[-1] >= VARY_MIN_MB and rss[-1] > VARY_MEM_FACTOR * percentile(rss, 50):
+        varies.append("memory")
+    return tuple(varies)
 
 
 # -- the allocation -------------------------------------------------------------------
@@ -279,45 +300,61 @@ def allocation(
             any(s.estimated for s in spans),
         )
 
-    overall = part("overall", list(workers))
-    # Jobs on workers nobody told of and that ran nothing... cannot happen; but jobs whose
-    # worker is unnamed (no usage name) still count as used and reserved overall.
+    ends = _ends(measured, workers)
+    return Allocation(
+        overall=_with_unnamed(part("overall", list(workers)), measured, workers),
+        by_node=tuple(part(host or "?", spans) for host, spans in sorted(node.items())),
+        by_worker_job=tuple(part(label, spans) for label, spans in sorted(job.items())),
+        head_s=None if ends.first is None else max(0.0, ends.first - run.started),
+        tail_s=ends.tail_s,
+        tail_idle_s=ends.tail_idle_s,
+        first_start=ends.first,
+        last_end=ends.last_end,
+    )
+
+
+def _with_unnamed(
+    overall: Utilisation, measured: Sequence[Attempt], workers: Sequence[WorkerSpan]
+) -> Utilisation:
+    """``overall`` with the jobs whose worker no span names (no usage name): they still
+    count as used and reserved. (Jobs on workers nobody told of and that ran nothing
+    cannot happen.)"""
     unnamed = [a for a in measured if a.worker not in {s.name for s in workers}]
-    if unnamed:
-        overall = Utilisation(
-            overall.label,
-            overall.granted_s,
-            overall.reserved_s + sum(a.threads * (a.wall or 0.0) for a in unnamed),
-            overall.used_s + sum(a.cpu or 0.0 for a in unnamed),
-            overall.cpus,
-            True,
-        )
+    if not unnamed:
+        return overall
+    return Utilisation(
+        overall.label,
+        overall.granted_s,
+        overall.reserved_s + sum(a.threads * (a.wall or 0.0) for a in unnamed),
+        overall.used_s + sum(a.cpu or 0.0 for a in unnamed),
+        overall.cpus,
+        True,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ends:
+    first: float | None  # the first job's start
+    last_end: float | None
+    tail_s: float | None  # the last job's start to the last job's end
+    tail_idle_s: float | None  # CPU seconds granted and not reserved in that tail
+
+
+def _ends(measured: Sequence[Attempt], workers: Sequence[WorkerSpan]) -> _Ends:
     starts = [a.started for a in measured if a.started is not None]
     ends = [a.finished for a in measured if a.finished is not None]
     first, last_start = (min(starts), max(starts)) if starts else (None, None)
     last_end = max(ends) if ends else None
-    tail = tail_idle = None
-    if last_start is not None and last_end is not None:
-        tail = max(0.0, last_end - last_start)
-        granted = sum(
-            granted_seconds(s, last_end, since=last_start) for s in workers if s.joined <= last_end
-        )
-        busy = sum(
-            a.threads
-            * max(0.0, min(a.finished or 0.0, last_end) - max(a.started or 0.0, last_start))
-            for a in measured
-        )
-        tail_idle = max(0.0, granted - busy)
-    return Allocation(
-        overall=overall,
-        by_node=tuple(part(host or "?", spans) for host, spans in sorted(node.items())),
-        by_worker_job=tuple(part(label, spans) for label, spans in sorted(job.items())),
-        head_s=None if first is None else max(0.0, first - run.started),
-        tail_s=tail,
-        tail_idle_s=tail_idle,
-        first_start=first,
-        last_end=last_end,
+    if last_start is None or last_end is None:
+        return _Ends(first, last_end, None, None)
+    granted = sum(
+        granted_seconds(s, last_end, since=last_start) for s in workers if s.joined <= last_end
     )
+    busy = sum(
+        a.threads * max(0.0, min(a.finished or 0.0, last_end) - max(a.started or 0.0, last_start))
+        for a in measured
+    )
+    return _Ends(first, last_end, max(0.0, last_end - last_start), max(0.0, granted - busy))
 
 
 def _most_at_once(spans: Sequence[WorkerSpan], end: float) -> float:

@@ -198,6 +198,20 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
     per rule, each with a comment giving the evidence. A value Snakemake would take from
     a per-job function (the rule's jobs asked differently) is left commented out: a
     fixed number would override the function."""
+    threads: list[str] = []
+    resources: list[str] = []
+    for s in sorted((s for s in stats if not s.group), key=lambda s: s.rule):
+        basis = _basis(s)
+        threads += _threads_entry(s, basis)
+        resources += _resources_entry(s, basis)
+    # A key with only comments under it is empty (None), which Snakemake's profile
+    # loader skips.
+    head = _profile_head(stats, run, attempts)
+    body = [*head, "set-threads:", *threads, "set-resources:", *resources]
+    return "\n".join(body) + "\n"
+
+
+def _profile_head(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> list[str]:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
     head = [
         f"# Suggested by the dask-slurm usage report of the run of {when} ({attempts} job",
@@ -208,7 +222,6 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
         "# the unit of Snakemake's mem_mb (the kernel's peak RSS in KiB converted). See the",
         '# plugin\'s docs, docs/further.md, "The usage report".',
     ]
-    rules = [s for s in stats if not s.group]
     groups = [group_label(s) for s in stats if s.group]
     if groups:
         head += [
@@ -217,48 +230,56 @@ def profile_yaml(stats: Sequence[RuleStats], run: RunFacts, attempts: int) -> st
             "# rule's; Snakemake sizes a group job from its members' rules: see rules.tsv",
             "# for what the group as a whole used and change those rules' values yourself.",
         ]
-    threads: list[str] = []
-    resources: list[str] = []
-    for s in sorted(rules, key=lambda s: s.rule):
-        g = s.suggestion
-        basis = f"{s.done} succeeded of {s.attempts} attempt(s)"
-        if s.done == 1:
-            basis += ", from ONE job only"
-        if s.varies:
-            basis += f"; its jobs vary widely in {' and '.join(s.varies)}"
-        if g.threads is not None:
-            off = "# " if "threads" in s.asked_differently else ""
-            why = f"; {VARIED}" if off else ""
-            threads += [
-                f"  # {s.rule}: {basis}; {g.notes[0]}{why}",
-                f"  {off}{s.rule}: {g.threads}",
-            ]
-        entries = [
-            (name, value, note)
-            for name, value, note in (
-                ("mem_mb", g.mem_mb, g.notes[1]),
-                ("runtime", g.runtime, g.notes[2]),
-            )
-            if value is not None
+    return head
+
+
+def _basis(s: RuleStats) -> str:
+    """What a rule's suggestions rest on, in words."""
+    basis = f"{s.done} succeeded of {s.attempts} attempt(s)"
+    if s.done == 1:
+        basis += ", from ONE job only"
+    if s.varies:
+        basis += f"; its jobs vary widely in {' and '.join(s.varies)}"
+    return basis
+
+
+def _threads_entry(s: RuleStats, basis: str) -> list[str]:
+    """A rule's lines under ``set-threads:`` (none without a suggestion)."""
+    g = s.suggestion
+    if g.threads is None:
+        return []
+    off = "# " if "threads" in s.asked_differently else ""
+    why = f"; {VARIED}" if off else ""
+    return [f"  # {s.rule}: {basis}; {g.notes[0]}{why}", f"  {off}{s.rule}: {g.threads}"]
+
+
+def _resources_entry(s: RuleStats, basis: str) -> list[str]:
+    """A rule's lines under ``set-resources:``."""
+    g = s.suggestion
+    entries = [
+        (name, value, note)
+        for name, value, note in (
+            ("mem_mb", g.mem_mb, g.notes[1]),
+            ("runtime", g.runtime, g.notes[2]),
+        )
+        if value is not None
+    ]
+    # A rule whose every resource would be commented out gets no (empty) mapping.
+    if any(name not in s.asked_differently for name, _, _ in entries):
+        lines = [f"  # {s.rule}: {basis}", f"  {s.rule}:"]
+        for name, value, note in entries:
+            varied = name in s.asked_differently
+            why = f"; {VARIED}" if varied else ""
+            lines += [f"    # {note}{why}", f"    {'# ' if varied else ''}{name}: {value}"]
+        return lines
+    if entries:
+        return [
+            f"  # {s.rule}: {basis}; {VARIED}:",
+            *(f"  #   {name}: {value}  ({note})" for name, value, note in entries),
         ]
-        # A rule whose every resource would be commented out gets no (empty) mapping.
-        if any(name not in s.asked_differently for name, _, _ in entries):
-            resources += [f"  # {s.rule}: {basis}", f"  {s.rule}:"]
-            for name, value, note in entries:
-                varied = name in s.asked_differently
-                why = f"; {VARIED}" if varied else ""
-                resources += [f"    # {note}{why}", f"    {'# ' if varied else ''}{name}: {value}"]
-        elif entries:
-            resources.append(f"  # {s.rule}: {basis}; {VARIED}:")
-            resources += [f"  #   {name}: {value}  ({note})" for name, value, note in entries]
-        elif g.threads is None:
-            resources.append(
-                f"  # {s.rule}: no job of it succeeded or was measured: nothing to suggest"
-            )
-    # A key with only comments under it is empty (None), which Snakemake's profile
-    # loader skips.
-    body = [*head, "set-threads:", *threads, "set-resources:", *resources]
-    return "\n".join(body) + "\n"
+    if g.threads is None:
+        return [f"  # {s.rule}: no job of it succeeded or was measured: nothing to suggest"]
+    return []
 
 
 # -- the lines at the end --------------------------------------------------------------
