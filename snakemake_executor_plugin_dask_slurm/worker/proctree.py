@@ -31,7 +31,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclass(frozen=True, slots=True)
-class Proc:
+class ProcStat:
+    """One process as ``/proc/<pid>/stat`` describes it."""
+
     pid: int
     ppid: int
     state: str  # "Z": a zombie, waiting to be reaped
@@ -43,18 +45,18 @@ class Proc:
         return self.state not in ("Z", "X")
 
 
-def parse_stat(pid: int, data: bytes) -> Proc | None:
+def parse_stat(pid: int, data: bytes) -> ProcStat | None:
     """One ``/proc/<pid>/stat`` line (the command name may hold spaces and parentheses)."""
     try:
         fields = data.rsplit(b")", 1)[1].split()
-        return Proc(pid, int(fields[1]), fields[0].decode(), int(fields[2]), int(fields[3]))
+        return ProcStat(pid, int(fields[1]), fields[0].decode(), int(fields[2]), int(fields[3]))
     except (IndexError, ValueError):
         return None
 
 
-def scan() -> dict[int, Proc]:
+def scan() -> dict[int, ProcStat]:
     """Every process this process can see, by pid (empty without ``/proc``)."""
-    table: dict[int, Proc] = {}
+    table: dict[int, ProcStat] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -78,11 +80,11 @@ def session_members(sid: int) -> list[int]:
     return [p.pid for p in scan().values() if p.sid == sid and p.alive]
 
 
-def children_of(pid: int, table: Mapping[int, Proc]) -> list[int]:
+def children_of(pid: int, table: Mapping[int, ProcStat]) -> list[int]:
     return [p.pid for p in table.values() if p.ppid == pid]
 
 
-def descendants(roots: Iterable[int], table: Mapping[int, Proc]) -> list[int]:
+def descendants(roots: Iterable[int], table: Mapping[int, ProcStat]) -> list[int]:
     """``roots`` and everything below them, parents before children."""
     by_parent: dict[int, list[int]] = {}
     for proc in table.values():
@@ -113,7 +115,7 @@ def job_marker(pid: int) -> str | None:
     return None
 
 
-def processes_of_jobs(keys: Iterable[str], table: Mapping[int, Proc]) -> dict[int, str]:
+def processes_of_jobs(keys: Iterable[str], table: Mapping[int, ProcStat]) -> dict[int, str]:
     """Live processes whose marker names one of ``keys``: pid -> key."""
     wanted = set(keys)
     found = {}

@@ -237,7 +237,10 @@ class Utilisation:
 
 
 @dataclass(frozen=True, slots=True)
-class Allocation:
+class AllocationUse:
+    """How the run used the CPUs it was granted (what SLURM granted is
+    :class:`...slurm.allocation.Allocation`)."""
+
     overall: Utilisation
     by_node: tuple[Utilisation, ...]
     by_worker_job: tuple[Utilisation, ...]
@@ -274,7 +277,7 @@ def worker_job_label(span: WorkerSpan, run: RunFacts) -> str:
 
 def allocation(
     attempts: Sequence[Attempt], workers: Sequence[WorkerSpan], run: RunFacts
-) -> Allocation:
+) -> AllocationUse:
     """Granted, reserved and used CPU seconds overall, per node and per worker job; the
     head and the idle tail."""
     measured = [a for a in attempts if a.wall is not None and a.started is not None]
@@ -301,7 +304,7 @@ def allocation(
         )
 
     ends = _ends(measured, workers)
-    return Allocation(
+    return AllocationUse(
         overall=_with_unnamed(part("overall", list(workers)), measured, workers),
         by_node=tuple(part(host or "?", spans) for host, spans in sorted(node.items())),
         by_worker_job=tuple(part(label, spans) for label, spans in sorted(job.items())),

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .aggregate import Allocation, RuleStats
+from .aggregate import AllocationUse, RuleStats
 from .page_data import page_data
 from .rows import Attempt, RunFacts, WorkerSpan
 
@@ -67,7 +67,7 @@ def page_html(
     workers: Sequence[WorkerSpan],
     run: RunFacts,
     stats: Sequence[RuleStats],
-    alloc: Allocation,
+    alloc: AllocationUse,
 ) -> str:
     title = (
         f"dask-slurm usage report, {time.strftime('%Y-%m-%d %H:%M', time.localtime(run.started))}"

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .aggregate import Allocation, RuleStats, worker_job_label
+from .aggregate import AllocationUse, RuleStats, worker_job_label
 from .over_time import series
 from .rows import OUTCOMES, Attempt, RunFacts, WorkerSpan
 from .suggest import duration
@@ -51,7 +51,7 @@ def page_data(
     workers: Sequence[WorkerSpan],
     run: RunFacts,
     stats: Sequence[RuleStats],
-    alloc: Allocation,
+    alloc: AllocationUse,
 ) -> dict[str, Any]:
     """Everything the page draws, as JSON-ready values; times in seconds since ``t0``,
     the earliest of the run's start, a worker's joining and a hand-over."""
@@ -286,7 +286,7 @@ def rule_columns(stats: Sequence[RuleStats]) -> dict[str, list[Any]]:
 
 
 def header_html(
-    attempts: Sequence[Attempt], run: RunFacts, stats: Sequence[RuleStats], alloc: Allocation
+    attempts: Sequence[Attempt], run: RunFacts, stats: Sequence[RuleStats], alloc: AllocationUse
 ) -> str:
     """The page's head: the run's figures, the rules to change, the files beside it."""
     o = alloc.overall

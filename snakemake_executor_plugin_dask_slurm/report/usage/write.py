@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .aggregate import Allocation, RuleStats, allocation, rule_stats
+from .aggregate import AllocationUse, RuleStats, allocation, rule_stats
 from .page import page_html
 from .rows import OUTCOMES, Attempt, RunFacts, WorkerSpan
 from .suggest import CORES_PERCENTILE, HEADROOM, duration
@@ -294,7 +294,7 @@ def _counts(attempts: Sequence[Attempt]) -> str:
 def summary_lines(
     attempts: Sequence[Attempt],
     stats: Sequence[RuleStats],
-    alloc: Allocation,
+    alloc: AllocationUse,
     directory: Path,
     page: bool,
 ) -> list[str]:
