@@ -10,12 +10,17 @@ import signal
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from snakemake_executor_plugin_dask_slurm.worker import proctree
 from tests.conftest import live_processes
+from tests.waiting import eventually
+
+#: The file that holds the jobs (:func:`holding`).
+HOLD = "hold"
 
 
 @dataclass
@@ -139,19 +144,78 @@ def kill_worker_when_busy(
 ) -> tuple[int, list[int]]:
     """Once ``jobs`` jobs started and the worker runs one, send it ``sig`` (SIGKILL, or
     SIGSTOP for a worker that hangs). Returns its pid and the job processes it had (its
-    children), which must all be gone soon after."""
+    children), which must all be gone soon after.
+
+    The worker is stopped first (it then starts no job and reports nothing) until each job
+    it started has logged its start, so that the jobs it had are exactly the copies that
+    started there: the plugin's count of its running jobs is then :func:`interrupted`'s,
+    provided none of them can end before they are ended with the worker (see
+    :func:`holding`)."""
     deadline = time.monotonic() + 120
     while True:
         assert proc.poll() is None, proc.communicate()[0]
         assert time.monotonic() < deadline, "jobs never started"
         if started(workdir) >= jobs:
             worker = find_worker()
-            jobs_of_worker = children(worker)
-            if jobs_of_worker:
+            if children(worker):
                 break
         time.sleep(0.1)
-    os.kill(worker, sig)
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        eventually("the worker's jobs logged their start", lambda: settled(worker, workdir), 30)
+    except AssertionError:
+        os.kill(worker, signal.SIGCONT)
+        raise
+    jobs_of_worker = children(worker)
+    if sig != signal.SIGSTOP:
+        os.kill(worker, sig)
     return worker, jobs_of_worker
+
+
+def settled(worker: int, workdir: Path) -> bool:
+    """Whether every job the (stopped) worker started is a shell that logged its start, and
+    none of its forks is still on its way to becoming a job."""
+    table = proctree.scan()
+    logged = {int(line.split()[2]) for line in _events(workdir) if line.startswith("start ")}
+    for pid in proctree.descendants([worker], table):
+        if pid == worker or not table[pid].alive:
+            continue
+        if proctree.job_marker(pid) is None:
+            if "distributed.cli.dask_worker" in _cmdline(pid):
+                return False  # a fork of the worker, not yet the job it starts
+        elif proctree.job_marker(table[pid].ppid) is None and pid not in logged:
+            return False  # a job's shell that has not yet logged its start
+    return True
+
+
+def _events(workdir: Path) -> list[str]:
+    log = workdir / "events.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@contextmanager
+def holding(workdir: Path) -> Iterator[str]:
+    """The ``hold=`` config for the workflow: while inside, no job of it ends (each waits
+    after its last step), so that a fault lands on jobs none of which can end before it,
+    however slow the machine. Leaving (or :func:`release`) lets them end."""
+    path = workdir / HOLD
+    path.touch()
+    try:
+        yield f"hold={path}"
+    finally:
+        release(workdir)
+
+
+def release(workdir: Path) -> None:
+    """Let the jobs held by :func:`holding` end."""
+    (workdir / HOLD).unlink(missing_ok=True)
 
 
 def sleeping_in(directory: Path) -> list[int]:

@@ -18,6 +18,7 @@ from tests.appenders import (
     alive,
     check_never_two_at_once,
     check_outputs,
+    holding,
     interrupted,
     kill_worker_when_busy,
     lost_lines,
@@ -73,12 +74,15 @@ def the_worker(workflow: Workflow, name: str) -> int:
 def test_a_killed_worker_costs_no_output(
     workflow: Workflow, args: tuple[str, ...], victim: str
 ) -> None:
-    proc = start(workflow, *args)
-    _worker, its_jobs = kill_worker_when_busy(
-        proc, workflow.path, lambda: the_worker(workflow, victim)
-    )
-    time.sleep(1.0)
-    assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
+    # No job ends while the worker is killed: its running jobs are exactly those whose copy
+    # is cut short (a job ending just then was counted running, not interrupted).
+    with holding(workflow.path) as hold:
+        proc = start(workflow, *args, config=(hold,))
+        _worker, its_jobs = kill_worker_when_busy(
+            proc, workflow.path, lambda: the_worker(workflow, victim)
+        )
+        time.sleep(1.0)
+        assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
     code, output = finish(proc)
     assert code == 0, output
     # One line for the lost worker: its running jobs are those whose copy was cut short.
@@ -90,7 +94,7 @@ def test_a_killed_worker_costs_no_output(
     check_never_two_at_once(workflow.path)
     again = subprocess.run(
         [str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "1", "-n",
-         "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}"],
+         "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}", hold],
         cwd=workflow.path, env=workflow.env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "Nothing to be done" in again.stdout + again.stderr, again
@@ -101,19 +105,26 @@ def test_a_worker_that_stops_answering_is_noticed_in_seconds(workflow: Workflow)
     """kill -STOP of one of two workers while it runs jobs: within the worker-ttl (5 s here,
     Dask's floor for a few workers) it is removed, ended, and its jobs run again on the
     other one; one line says so; no job ever runs twice at once; every output whole."""
-    proc = start(workflow, "--dask-slurm-workers", "2", "--dask-slurm-worker-ttl", "5")
-    try:
+    # Its jobs cannot end while it is stopped (they would end by themselves well within the
+    # ttl, and one whose start was reported would be counted running, not interrupted).
+    with holding(workflow.path) as hold:
+        proc = start(
+            workflow, "--dask-slurm-workers", "2", "--dask-slurm-worker-ttl", "5",
+            config=(hold,),
+        )  # fmt: skip
         worker, its_jobs = kill_worker_when_busy(
             proc, workflow.path, lambda: the_worker(workflow, "local-0"), sig=signal.SIGSTOP
         )
-        stopped = time.monotonic()
-        eventually("the stopped worker ended", lambda: not alive([worker]), 30)
-        ended = time.monotonic() - stopped
-        assert not alive(its_jobs), "its jobs outlived it"
-        code, output = finish(proc)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker, signal.SIGKILL)
+        try:
+            stopped = time.monotonic()
+            eventually("the stopped worker ended", lambda: not alive([worker]), 30)
+            ended = time.monotonic() - stopped
+            # Its supervisor ends them as it sees the worker end.
+            eventually("its jobs ended with it", lambda: not alive(its_jobs), 1.0)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+    code, output = finish(proc)
     assert code == 0, output
     assert ended < 20, f"the silent worker was ended {ended:.1f} s after it stopped"
     lines = [line for line in output.splitlines() if "stopped answering" in line]

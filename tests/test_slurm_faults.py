@@ -24,9 +24,11 @@ from tests.appenders import (
     alive,
     check_never_two_at_once,
     check_outputs,
+    holding,
     interrupted,
     kill_worker_when_busy,
     lost_lines,
+    release,
     sleeping_in,
     started,
     worker_pids,
@@ -53,7 +55,12 @@ COUNT, STEPS = 12, 5
 
 @contextmanager
 def snakemake_in_salloc(
-    cluster: SlurmTestCluster, workdir: Path, token: str, *args: str, steps: int = STEPS
+    cluster: SlurmTestCluster,
+    workdir: Path,
+    token: str,
+    *args: str,
+    steps: int = STEPS,
+    config: tuple[str, ...] = (),
 ) -> Iterator[subprocess.Popen[str]]:
     """Snakemake on the appenders workflow inside ``salloc -N3``, running in the
     background; on leaving, the allocation is cancelled if it still runs."""
@@ -61,7 +68,7 @@ def snakemake_in_salloc(
         f"faults-{token}",
         ["-N3", "--exclusive", "--time=5", f"--chdir={workdir}"],
         [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "30",
-         "--config", f"token={token}", f"count={COUNT}", f"steps={steps}", *args],
+         "--config", f"token={token}", f"count={COUNT}", f"steps={steps}", *config, *args],
         {"DASK_SLURM_TEST_TOKEN": token},
     ) as proc:  # fmt: skip
         yield proc
@@ -88,10 +95,16 @@ def test_a_killed_worker_on_a_node_costs_no_output(
 ) -> None:
     workdir = appenders(tmp_path)
     args = ("--dask-slurm-nanny",) if restarts else ()
-    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *args) as proc:
+    # No job ends while the worker is killed: its running jobs are exactly those whose copy
+    # is cut short (a job ending just then was counted running, not interrupted).
+    with (
+        holding(workdir) as hold,
+        snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *args, config=(hold,)) as proc,
+    ):
         _, its_jobs = kill_worker_when_busy(proc, workdir, lambda: node_worker(workdir, "n3"), 4)
         time.sleep(1.0)
         assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
+        release(workdir)
         code, output = finish(proc)
     assert code == 0, output
     lines = lost_lines(output, "n3")
@@ -112,14 +125,21 @@ def test_a_worker_that_stops_answering_on_a_node_is_ended_in_seconds(
     and records it, and they run again elsewhere; one line; never two copies at once."""
     workdir = appenders(tmp_path)
     ttl = ("--dask-slurm-worker-ttl", "5")
-    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *ttl) as proc:
+    # Its jobs cannot end while it is stopped (they would end by themselves within the ttl,
+    # and one whose start was reported would be counted running, not interrupted).
+    with (
+        holding(workdir) as hold,
+        snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *ttl, config=(hold,)) as proc,
+    ):
         worker, its_jobs = kill_worker_when_busy(
             proc, workdir, lambda: node_worker(workdir, "n3"), 4, sig=signal.SIGSTOP
         )
         stopped = time.monotonic()
         eventually("the stopped worker ended", lambda: not alive([worker]), 60)
         assert time.monotonic() - stopped < 30, "not ended within the ttl and a step"
-        assert not alive(its_jobs), "its jobs outlived it"
+        # Its supervisor ends them as it sees the worker end.
+        eventually("its jobs ended with it", lambda: not alive(its_jobs), 1.0)
+        release(workdir)
         code, output = finish(proc)
     assert code == 0, output
     lines = [line for line in output.splitlines() if "stopped answering" in line]
