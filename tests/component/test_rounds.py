@@ -28,16 +28,27 @@ def test_one_round_takes_every_release_made_before_it() -> None:
     assert (r.released, r.acquired) == (6, 2)
 
 
-def test_a_release_from_another_thread_wakes_a_waiting_round_at_once() -> None:
+def test_a_release_from_another_thread_wakes_a_waiting_round_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The look at the old semaphore an hour apart: only the release can wake the round
+    # (a wall-clock bound against the 1-s look failed on a loaded machine).
+    monkeypatch.setattr(rounds, "OLD_LOOK_SECONDS", 3600.0)
     r = Rounds()
-    woke: list[float] = []
-    waiter = threading.Thread(target=lambda: woke.append(time.monotonic()) if r.acquire() else None)
+    woke = threading.Event()
+    waiter = threading.Thread(target=lambda: woke.set() if r.acquire() else None)
     waiter.start()
-    time.sleep(0.05)
-    released = time.monotonic()
+    while not _waiting(r):  # the round waits: the release must wake it
+        time.sleep(0.001)
     r.release()
-    waiter.join(timeout=5)
-    assert woke and woke[0] - released < 0.5  # not the 1-s look at the old semaphore
+    waiter.join(timeout=60)
+    assert woke.is_set() and (r.released, r.acquired) == (1, 1)
+
+
+def _waiting(r: Rounds) -> bool:
+    """Whether a thread waits in ``r.acquire`` (its condition's waiters)."""
+    with r._cond:
+        return bool(r._cond._waiters)  # type: ignore[attr-defined]
 
 
 def test_releases_of_the_replaced_semaphore_are_kept() -> None:
