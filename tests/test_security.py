@@ -39,7 +39,7 @@ from tests.waiting import eventually, still_running
 
 pytestmark = pytest.mark.e2e
 
-COUNT, STEPS = 4, 16  # 8 s a job, two at a time: ~16 s of run to probe
+COUNT, STEPS = 4, 4  # 2 s a job; the first test holds its jobs while it probes the run
 
 
 def wait_for(
@@ -57,9 +57,13 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
     workflow: Workflow, tmp_path: Path
 ) -> None:
     out = tmp_path / "snakemake.out"
+    # The run lasts as long as the probing: its jobs cannot end until the hold is let go.
+    hold = workflow.path / "hold"
+    hold.touch()
     argv = [
         str(VENV_BIN / "snakemake"), "--executor", "dask-slurm", "--jobs", "4",
         "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}",
+        f"hold={hold}",
     ]  # fmt: skip
     with out.open("w") as sink:
         proc = subprocess.Popen(
@@ -141,6 +145,7 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
                 assert all(ip == "127.0.0.1" for ip, _ in listening(pid)), (cmd, listening(pid))
         assert "security: mutual TLS with credentials made for this run" in text
     finally:
+        hold.unlink()
         for intruder in intruders:
             intruder.kill()
             intruder.wait()
