@@ -200,9 +200,8 @@ def granted_memory(
         return (mib_to_mb(per_node),) * len(cpus), f"SLURM_MEM_PER_NODE={per_node} MiB"
     per_cpu = _positive_int(env.get("SLURM_MEM_PER_CPU"))
     if per_cpu is not None:
-        return tuple(
-            mib_to_mb(per_cpu * c) for c in cpus
-        ), f"SLURM_MEM_PER_CPU={per_cpu} MiB x CPUs"
+        per_node_mb = tuple(mib_to_mb(per_cpu * c) for c in cpus)
+        return per_node_mb, f"SLURM_MEM_PER_CPU={per_cpu} MiB x CPUs"
     return None, "not known: neither SLURM_MEM_PER_NODE nor SLURM_MEM_PER_CPU gives a size"
 
 
