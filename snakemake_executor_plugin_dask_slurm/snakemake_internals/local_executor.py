@@ -42,6 +42,14 @@ def wrap_spawn_job(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> 
     return True
 
 
+def spawned_job_error() -> Exception:
+    """The error Snakemake's ``spawn_job`` raises for a member that failed
+    (``SpawnedJobError``)."""
+    from snakemake.exceptions import SpawnedJobError
+
+    return SpawnedJobError()
+
+
 SPAWN_JOB = Touch(
     name="warm group members",
     kind="hook",

@@ -71,6 +71,13 @@ def remember_kills(shell: Any) -> bool:
     return True
 
 
+def remember_shell_kills() -> bool:
+    """:func:`remember_kills` on Snakemake's own ``shell`` (a group job's own Snakemake)."""
+    from snakemake.shell import shell
+
+    return remember_kills(shell)
+
+
 def wrapper() -> tuple[str, str, str]:
     """(shell, prefix, suffix) that Snakemake's ``shell()`` uses, as the Snakefile set them.
 
