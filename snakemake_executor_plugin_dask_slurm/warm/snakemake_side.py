@@ -23,7 +23,7 @@ tests/component/test_snakemake_internals.py fails on a Snakemake release that ch
 Every reach into Snakemake's code (the two replacements, the private ``Workflow``
 attributes, ``main()`` itself) is a function of ``snakemake_internals.cli``; this module
 decides when. What the warm path cannot run raises :class:`NotWarmable`, with a named
-:class:`~..worker.wire.Why`.
+:class:`..worker.wire.Why`.
 
 What would make this unnecessary upstream: an API call that runs one job of an already
 parsed workflow (docs/architecture.md).
@@ -59,9 +59,12 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
 class NotWarmable(Exception):
-    """The warm path cannot run this job command: :attr:`why` is the named reason
-    (worker/wire.py's :class:`~..worker.wire.Why`), :attr:`detail` what of this case a
-    user may need; the message is the whole sentence."""
+    """The warm path cannot run this job command: :attr:`NotWarmable.why` is the named
+    reason (:class:`..worker.wire.Why`), :attr:`NotWarmable.detail` what of this case a
+    user may need (may be ""); the message is the whole sentence, as before."""
+
+    why: Why
+    detail: str
 
     def __init__(self, why: Why, message: str, detail: str = "") -> None:
         super().__init__(message)
