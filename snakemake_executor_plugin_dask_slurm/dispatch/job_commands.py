@@ -29,7 +29,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..snakemake_internals import deployment, logs
+from ..snakemake_internals import deployment
+from ..snakemake_internals.shell import log_info
 from ..snakemake_internals.shell import wrapper as shell_wrapper
 from ..warm.command import JobCommand, Unsplittable, parse_job_command
 from ..worker.wire import TaskSpec, WarmSpec
@@ -294,7 +295,7 @@ class JobCommandBuilder:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
         log = self.log_path(job)
         if modules is not None:
-            logs.info(f"Activating environment modules: {modules}")  # as shell() says it
+            log_info(f"Activating environment modules: {modules}")  # as shell() says it
         return TaskSpec(key, argv, self.workdir, env, log, tmpdir, job.priority, needs=needs)
 
     def _modules(self, rule: Any) -> Any:

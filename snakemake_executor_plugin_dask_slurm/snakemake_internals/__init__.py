@@ -23,8 +23,6 @@ Snakemake's own functions.
 - :mod:`.local_executor` — ``Executor.spawn_job``: a group's ``run:`` members warm.
 - :mod:`.deployment` — rules' conda, container and environment modules, and the run's
   deployment methods, on Snakemake 9 and on the shape of Snakemake 10 (PR #3339).
-- :mod:`.logs` — Snakemake's logger, for the lines the plugin writes as Snakemake's own
-  (public API: no touch).
 
 This package imports only the standard library and Snakemake, and Snakemake only inside
 functions: it is a leaf that ``warm/`` (a warm process) and ``dispatch/`` may import.

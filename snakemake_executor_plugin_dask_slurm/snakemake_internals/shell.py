@@ -74,6 +74,14 @@ def remember_kills(shell: Any) -> bool:
     return True
 
 
+def log_info(message: str) -> None:
+    """``message`` on Snakemake's logger at info level: a line ``shell()`` would write
+    (the direct way's "Activating environment modules")."""
+    from snakemake.logging import logger
+
+    logger.info(message)
+
+
 def remember_shell_kills() -> bool:
     """:func:`remember_kills` on Snakemake's own ``shell`` (a group job's own Snakemake)."""
     from snakemake.shell import shell

@@ -828,12 +828,9 @@ def test_the_public_api_through_the_room() -> None:
     from snakemake.exceptions import SpawnedJobError
     from snakemake.logging import logger
 
-    from snakemake_executor_plugin_dask_slurm.snakemake_internals import (
-        cli,
-        local_executor,
-        logs,
-    )
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import cli, local_executor
     from snakemake_executor_plugin_dask_slurm.snakemake_internals import script as scripts
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell as shells
 
     assert isinstance(local_executor.spawned_job_error(), SpawnedJobError)
     assert scripts.pip_deployments_path() == snakemake.PIP_DEPLOYMENTS_PATH
@@ -845,8 +842,8 @@ def test_the_public_api_through_the_room() -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)
     try:
-        logs.info("an info line")
-        logs.debug("a debug line")
+        shells.log_info("an info line")
+        local_executor.log_debug("a debug line")
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
