@@ -31,8 +31,6 @@ parsed workflow (docs/architecture.md).
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import platform
 import re
 import sys
@@ -130,28 +128,13 @@ def check_internals() -> None:
         )
 
 
-#: Modules Snakemake imports lazily while it runs a job (``script:``'s language detection
-#: imports nbformat, with jsonschema; benchmarks; the DAG's toposort): imported once in
-#: the zygote, so that every job's process has them (~0.1 s each otherwise).
-PRELOAD = (
-    "graphlib",
-    "nbformat",
-    "snakemake.benchmark",
-    "snakemake.script",
-    "snakemake.wrapper",
-    "snakemake.notebook",
-)
-
-
 def load() -> dict[str, Any]:
     """Import Snakemake and every plugin (building the argument parser once does), install
     the two hooks (inactive), and return the ``nargs`` of each per-job flag."""
     check_internals()
     _state.original_parser, _state.original_property = internal_cli.originals()
     parser = _state.original_parser()
-    for name in PRELOAD:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    internal_cli.preload()
     # Snakemake's log header (Workflow.info_header: platform.platform()) asks for the
     # processor, which `platform` finds by running `uname -p` once per process: cached
     # here, every job forked from this process finds it (3 ms and a fork per job before;

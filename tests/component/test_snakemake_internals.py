@@ -790,7 +790,7 @@ def test_a_job_process_adopts_the_primed_workflow_with_its_own_per_run_parts() -
     workflow._async_runners = {"r": type("Runner", (), {"close": lambda self: None})()}
     cli.quiesce(workflow)  # what a fork must not copy is ended
     assert workflow._async_runners == {}
-    assert not __import__("os").path.exists(workflow._snakemake_tmp_dir.name)
+    assert not Path(workflow._snakemake_tmp_dir.name).exists()
     cli.forget(api)
     assert not cli.stored(api)
 
@@ -871,7 +871,7 @@ def test_each_case_the_warm_path_cannot_run_is_named(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(internal, "missing", lambda: [])
     monkeypatch.setattr(internal, "originals", lambda: ((lambda *a: None), None))
     monkeypatch.setattr(internal, "option_nargs", lambda parser, flags: {})
-    monkeypatch.setattr(snakemake_side, "PRELOAD", ())
+    monkeypatch.setattr(internal, "preload", lambda: None)
     e = refusal(snakemake_side.load)
     assert e.why is Why.INTERNALS_CHANGED and str(e).startswith("Snakemake's command line has no")
     monkeypatch.setattr(snakemake_side._state, "original_parser", lambda *a: None)
