@@ -5,6 +5,13 @@ around a command, as the Snakefile set them (``shell.executable()``, ``shell.pre
 ``shell.suffix()``), read from its private ``_get_process_prefix`` and
 ``_process_suffix``: the direct way runs a command exactly as ``shell()`` would.
 
+**A ``shell:`` rule's command** (:func:`rule_code`, :func:`shell_command`): what the
+direct way reads of a rule's compiled function (its globals, bytecode and arguments) to
+decide whether its command is a literal call of ``shell()`` (dispatch/direct_command.py
+decides), and the job's command formatted as ``shell()`` formats it (the job's plain
+file lists, ``Namedlist._plainstrings``, and the rule module's globals); guarded by
+:data:`SHELL_RULE` (:func:`shell_rule_readable`).
+
 **Its subprocess** (:func:`swap_subprocess`): the module ``shell()`` starts its process
 with (``sp``), swapped in a warm process for one that sends a warm script to the zygote
 (warm/script.py).
@@ -21,7 +28,8 @@ starts after its kill is killed as it starts.
 
 Snakemake 9.27: ``shell._processes`` (job id -> the running shell's ``Popen``) and
 ``shell._lock`` are its internals; it registers a shell and kills one under that lock.
-Used by the cold way (dispatch/group_runner.py) and the warm way (warm/child.py).
+Used by the cold way (dispatch/group_runner.py) and the warm way (warm/child.py), both
+through :func:`remember_shell_kills`.
 """
 
 from __future__ import annotations
