@@ -262,6 +262,7 @@ SHELL = Touch(
 
 
 def _shell_rule_names() -> str:
+    import snakemake.api  # noqa: F401  # first: snakemake.workflow imported alone is a cycle
     from snakemake.iocontainers import Namedlist
     from snakemake.shell import shell
     from snakemake.workflow import Workflow

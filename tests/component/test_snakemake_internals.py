@@ -894,3 +894,19 @@ def test_each_case_the_warm_path_cannot_run_is_named(monkeypatch: pytest.MonkeyP
     assert e.why is Why.NO_SOURCE_CACHE and "--runtime-source-cache-path" in str(e)
     workflow.sourcecache.runtime_cache = None
     snakemake_side._check_parsed(workflow)
+
+
+def test_the_shell_rule_reading_matches_whatever_snakemake_imported_before() -> None:
+    """Read first in a process that imported only ``snakemake.shell`` (``snakemake.workflow``
+    imported alone is an import cycle): it matches, and is not cached as a mismatch."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import snakemake.shell;"
+        "from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell;"
+        "print(shell.shell_rule_readable())"
+    )
+    argv = [sys.executable, "-c", probe]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
