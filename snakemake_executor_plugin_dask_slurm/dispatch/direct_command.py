@@ -2,19 +2,27 @@
 rule's job, formatted on this side (:func:`shell_command`), the facts that decide whether a
 job may go that way (:func:`rule_facts`, :func:`job_facts`), and the argument list and
 thread variables ``shell()`` would give it (:func:`shell_argv`, :func:`thread_environment`).
+
+What it reads of Snakemake's code (a rule's compiled function, its bytecode and globals,
+the job's plain file lists) is read in snakemake_internals/shell.py (``SHELL_RULE``);
+what it decides from that is here.
 """
 
 from __future__ import annotations
 
-import dis
 import string
-from collections import ChainMap
 from typing import Any
 
-from snakemake.shell import shell as snakemake_shell
-
 from ..snakemake_internals import deployment
-from ..snakemake_internals.shell import SHELL_CALL_LOCALS, command_formatter
+from ..snakemake_internals.shell import (
+    RUN_WRAPPER_LOCALS,
+    SHELL_CALL_LOCALS,
+    rule_code,
+    shell_rule_readable,
+)
+from ..snakemake_internals.shell import (
+    shell_command as shell_command,  # the direct way's command, read there
+)
 from ..worker.wire import SYSTEM_TMPDIR
 from .direct_way import MAX_DIRECT_COMMAND, JobFacts, RuleFacts
 
@@ -51,36 +59,11 @@ def rule_facts(job: Any, workflow: Any) -> RuleFacts:
 
 # -- the command Snakemake's shell() would run -------------------------------------------
 #
-# A shell: rule compiles (snakemake/parser.py, class Shell/Run) to
-#     @workflow.shellcmd(CMD)
-#     @workflow.run
-#     def __rule_NAME(input, output, params, wildcards, threads, resources, log, rule, ...):
-#         shell(CMD, bench_record=bench_record, bench_iteration=bench_iteration)
-# (Snakemake 10: ``shell(CMD, run_args=run_args)``, snakemake_internals.shell.SHELL_CALL_LOCALS)
-# and shell() formats CMD with snakemake.utils.format(stepout=2): the globals of that
-# function (the namespace the rule was defined in: the module's for a module rule, also
-# when `use rule ... with:` renames it), then its arguments (what the local executor's
-# run_wrapper passes, snakemake/executors/local.py:111-172 and :287), then
-# bench_record/bench_iteration. Job.shellcmd (jobs.py:616, format_wildcards :980) uses the
-# main Snakefile's globals and a different set of names instead.
+# How a shell: rule compiles, and how shell() formats its command: snakemake_internals/shell.py
+# (which reads the rule's function and formats the command, :func:`shell_command`).
 
 #: Rule-function arguments the direct way can fill in exactly as the local executor does.
-_SUPPORTED_LOCALS = frozenset(
-    {
-        "input",
-        "output",
-        "params",
-        "wildcards",
-        "threads",
-        "resources",
-        "log",
-        "rule",
-        "jobid",
-        "bench_iteration",
-        "bench_record",
-        "is_shell",
-    }
-)
+_SUPPORTED_LOCALS = RUN_WRAPPER_LOCALS
 #: Instructions of a rule function whose body is ``shell(<literal>, bench_record=...,
 #: bench_iteration=...)`` (3.11-3.13 spellings); anything else (an f-string, a
 #: concatenation with a global...) may differ between definition and run time.
@@ -126,57 +109,36 @@ def _field_roots(command: str) -> set[str] | None:
 
 def literal_shell_rule(rule: Any) -> str | None:
     """Why ``rule``'s command cannot be formatted here exactly as shell() would, or None."""
-    func = getattr(rule, "run_func", None)
-    if func is None or not rule.shellcmd:
+    if not shell_rule_readable():
+        return "this Snakemake's shell: rules are not the ones the direct way reads"
+    code = rule_code(rule) if rule.shellcmd else None
+    if code is None:
         return "no rule function"
-    if func.__globals__.get("shell") is not snakemake_shell:
+    if not code.calls_snakemake_shell:
         return "shell is not Snakemake's shell()"
     consts = []
-    for ins in dis.get_instructions(func):
-        if ins.opname not in _LITERAL_CALL_OPS:
+    for opname, argval in code.instructions:
+        if opname not in _LITERAL_CALL_OPS:
             return "shell: is an expression"
-        if ins.opname == "LOAD_GLOBAL" and ins.argval != "shell":
+        if opname == "LOAD_GLOBAL" and argval != "shell":
             return "shell: is an expression"
         if (
-            ins.opname.startswith("LOAD_FAST")
-            and not set(ins.argval if isinstance(ins.argval, tuple) else (ins.argval,))
-            <= SHELL_CALL_LOCALS
+            opname.startswith("LOAD_FAST")
+            and not set(argval if isinstance(argval, tuple) else (argval,)) <= SHELL_CALL_LOCALS
         ):
             return "shell: is an expression"
-        if ins.opname == "LOAD_CONST" and isinstance(ins.argval, str):
-            consts.append(ins.argval)
+        if opname == "LOAD_CONST" and isinstance(argval, str):
+            consts.append(argval)
     if consts != [rule.shellcmd]:
         return "shell: is an expression"
     roots = _field_roots(rule.shellcmd)
     if roots is None:
         return "command has positional or nested fields"
-    rule_args = set(func.__code__.co_varnames[: func.__code__.co_argcount])
-    if roots & (rule_args - _SUPPORTED_LOCALS):
+    if roots & (code.arguments - _SUPPORTED_LOCALS):
         return "command uses a name only Snakemake's own job sets (e.g. {basedir})"
-    if roots & (_SUPPORTED_LOCALS - rule_args):
+    if roots & (_SUPPORTED_LOCALS - code.arguments):
         return "command uses a name this Snakemake's rule function does not have"
     return None
-
-
-def shell_command(job: Any) -> str:
-    """``job``'s command formatted exactly as Snakemake's shell() formats it."""
-    rule = job.rule
-    local = {
-        "input": job.input._plainstrings(),
-        "output": job.output._plainstrings(),
-        "params": job.params,
-        "wildcards": job.wildcards,
-        "threads": job.threads,
-        "resources": job.resources,
-        "log": job.log._plainstrings(),
-        "rule": rule.name,
-        "jobid": job.jobid,
-        "is_shell": True,
-        "bench_record": None,
-        "bench_iteration": None,
-    }
-    namespace = ChainMap(local, rule.run_func.__globals__)
-    return command_formatter().vformat(rule.shellcmd, (), namespace)
 
 
 def job_tmpdir(job: Any) -> tuple[str | None, bool]:

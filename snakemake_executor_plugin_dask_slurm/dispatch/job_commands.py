@@ -29,9 +29,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from snakemake.logging import logger
-
 from ..snakemake_internals import deployment
+from ..snakemake_internals.shell import log_info
 from ..snakemake_internals.shell import wrapper as shell_wrapper
 from ..warm.command import JobCommand, Unsplittable, parse_job_command
 from ..worker.wire import TaskSpec, WarmSpec
@@ -296,7 +295,7 @@ class JobCommandBuilder:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
         log = self.log_path(job)
         if modules is not None:
-            logger.info(f"Activating environment modules: {modules}")  # as shell() says it
+            log_info(f"Activating environment modules: {modules}")  # as shell() says it
         return TaskSpec(key, argv, self.workdir, env, log, tmpdir, job.priority, needs=needs)
 
     def _modules(self, rule: Any) -> Any:
@@ -347,12 +346,13 @@ def target_spec_survives(job: Any) -> str | None:
     else the wildcard values it would change (a ',' anywhere, or a quote character at
     either end: snakemake/target_jobs.py:21 splits on ',', common/__init__.py:83 strips
     quotes)."""
-    from snakemake.target_jobs import parse_target_jobs_cli_args
     from snakemake_interface_executor_plugins.utils import encode_target_jobs_cli_args
+
+    from ..snakemake_internals.cli import parse_target_jobs
 
     specs = job.get_target_spec()
     try:
-        parsed = parse_target_jobs_cli_args(encode_target_jobs_cli_args(specs))
+        parsed = parse_target_jobs(encode_target_jobs_cli_args(specs))
     except ValueError:
         parsed = None
     if parsed is not None and [dict(p.wildcards_dict) for p in parsed] == [

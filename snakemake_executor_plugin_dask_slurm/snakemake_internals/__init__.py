@@ -16,16 +16,23 @@ Snakemake's own functions.
 - :mod:`.jobs` — ``Job.prepare``: a job with N inputs prepared in time linear in N;
   ``Job.log_info``: the job's shell command formatted once for its info record.
 - :mod:`.shell` — ``snakemake.shell``: its wrapper (executable, prefix, suffix), its
-  ``subprocess`` swapped for a warm script's, its ``kill`` made to remember kills.
+  ``subprocess`` swapped for a warm script's, its ``kill`` made to remember kills; a
+  ``shell:`` rule's compiled function read and its job's command formatted (the direct
+  way).
 - :mod:`.script` — ``PythonScript.execute_script``: a warm job's Python script forked
   from the zygote.
-- :mod:`.cli` — ``snakemake.cli`` and ``WorkflowApi``: the warm path's parse once.
+- :mod:`.cli` — ``snakemake.cli`` and ``WorkflowApi``: the warm path's parse once (the
+  two replacements, the private ``Workflow`` attributes, ``main()``), the
+  ``--target-jobs`` parser, Snakemake's package directory.
 - :mod:`.local_executor` — ``Executor.spawn_job``: a group's ``run:`` members warm.
 - :mod:`.deployment` — rules' conda, container and environment modules, and the run's
   deployment methods, on Snakemake 9 and on the shape of Snakemake 10 (PR #3339).
 
 This package imports only the standard library and Snakemake, and Snakemake only inside
-functions: it is a leaf that ``warm/`` (a warm process) and ``dispatch/`` may import.
+functions: it is a leaf that ``warm/`` (a warm process) and ``dispatch/`` may import. No
+module outside it imports Snakemake itself (public API included), except the entry
+points tests/component/test_layering.py lists (``ENTRY_POINTS``: a group job's own
+``snakemake.cli.main``).
 Fixes are installed once per process at the executor's start (:func:`install`), the only
 change to Snakemake in the main process; hooks are installed by their owners in warm
 processes. The patches to Snakemake that would make the fixes unnecessary are in

@@ -42,6 +42,21 @@ def wrap_spawn_job(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> 
     return True
 
 
+def log_debug(message: str) -> None:
+    """``message`` on Snakemake's logger at debug level, as ``spawn_job`` writes it."""
+    from snakemake.logging import logger
+
+    logger.debug(message)
+
+
+def spawned_job_error() -> Exception:
+    """The error Snakemake's ``spawn_job`` raises for a member that failed
+    (``SpawnedJobError``)."""
+    from snakemake.exceptions import SpawnedJobError
+
+    return SpawnedJobError()
+
+
 SPAWN_JOB = Touch(
     name="warm group members",
     kind="hook",

@@ -16,7 +16,15 @@ from typing import Any
 from .deployment import script_software
 from .guard import Touch, digest, mark
 
-__all__ = ["SCRIPT_HOOK", "TOUCHES", "hooked", "mark", "software_reason", "wrap_execute_script"]
+__all__ = [
+    "SCRIPT_HOOK",
+    "TOUCHES",
+    "hooked",
+    "mark",
+    "pip_deployments_path",
+    "software_reason",
+    "wrap_execute_script",
+]
 
 
 def hooked() -> list[Callable[..., Any]]:
@@ -25,6 +33,14 @@ def hooked() -> list[Callable[..., Any]]:
     from snakemake.shell import shell
 
     return [PythonScript.execute_script, ScriptBase._execute_cmd, shell.__new__]
+
+
+def pip_deployments_path() -> str | None:
+    """Where Snakemake deploys storage plugins with pip (``snakemake.PIP_DEPLOYMENTS_PATH``),
+    which its script preamble appends to ``sys.path``; None if it has none."""
+    import snakemake
+
+    return getattr(snakemake, "PIP_DEPLOYMENTS_PATH", None) or None
 
 
 def software_reason(script: Any) -> str | None:

@@ -5,6 +5,13 @@ around a command, as the Snakefile set them (``shell.executable()``, ``shell.pre
 ``shell.suffix()``), read from its private ``_get_process_prefix`` and
 ``_process_suffix``: the direct way runs a command exactly as ``shell()`` would.
 
+**A ``shell:`` rule's command** (:func:`rule_code`, :func:`shell_command`): what the
+direct way reads of a rule's compiled function (its globals, bytecode and arguments) to
+decide whether its command is a literal call of ``shell()`` (dispatch/direct_command.py
+decides), and the job's command formatted as ``shell()`` formats it (the job's plain
+file lists, ``Namedlist._plainstrings``, and the rule module's globals); guarded by
+:data:`SHELL_RULE` (:func:`shell_rule_readable`).
+
 **Its subprocess** (:func:`swap_subprocess`): the module ``shell()`` starts its process
 with (``sp``), swapped in a warm process for one that sends a warm script to the zygote
 (warm/script.py).
@@ -21,14 +28,18 @@ starts after its kill is killed as it starts.
 
 Snakemake 9.27: ``shell._processes`` (job id -> the running shell's ``Popen``) and
 ``shell._lock`` are its internals; it registers a shell and kills one under that lock.
-Used by the cold way (dispatch/group_runner.py) and the warm way (warm/child.py).
+Used by the cold way (dispatch/group_runner.py) and the warm way (warm/child.py), both
+through :func:`remember_shell_kills`.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import importlib
 import string
+from collections import ChainMap
+from dataclasses import dataclass
 from typing import Any
 
 from .guard import Touch, present
@@ -71,6 +82,21 @@ def remember_kills(shell: Any) -> bool:
     return True
 
 
+def log_info(message: str) -> None:
+    """``message`` on Snakemake's logger at info level: a line ``shell()`` would write
+    (the direct way's "Activating environment modules")."""
+    from snakemake.logging import logger
+
+    logger.info(message)
+
+
+def remember_shell_kills() -> bool:
+    """:func:`remember_kills` on Snakemake's own ``shell`` (a group job's own Snakemake)."""
+    from snakemake.shell import shell
+
+    return remember_kills(shell)
+
+
 def wrapper() -> tuple[str, str, str]:
     """(shell, prefix, suffix) that Snakemake's ``shell()`` uses, as the Snakefile set them.
 
@@ -87,6 +113,89 @@ def wrapper() -> tuple[str, str, str]:
 #: 9's ``shell(CMD, bench_record=bench_record, bench_iteration=bench_iteration)``, Snakemake
 #: 10's ``shell(CMD, run_args=run_args)`` (snakemake/parser.py, class Shell).
 SHELL_CALL_LOCALS = frozenset({"bench_record", "bench_iteration", "run_args"})
+
+
+# A shell: rule compiles (snakemake/parser.py, class Shell/Run) to
+#     @workflow.shellcmd(CMD)
+#     @workflow.run
+#     def __rule_NAME(input, output, params, wildcards, threads, resources, log, rule, ...):
+#         shell(CMD, bench_record=bench_record, bench_iteration=bench_iteration)
+# (Snakemake 10: ``shell(CMD, run_args=run_args)``, :data:`SHELL_CALL_LOCALS`) and shell()
+# formats CMD with snakemake.utils.format(stepout=2): the globals of that function (the
+# namespace the rule was defined in: the module's for a module rule, also when `use rule
+# ... with:` renames it), then its arguments (what the local executor's run_wrapper
+# passes, snakemake/executors/local.py:111-172 and :287), then bench_record and
+# bench_iteration. Job.shellcmd (jobs.py:616, format_wildcards :980) uses the main
+# Snakefile's globals and a different set of names instead.
+
+#: The rule function's arguments :func:`shell_command` fills in exactly as the local
+#: executor does.
+RUN_WRAPPER_LOCALS = frozenset(
+    {
+        "input",
+        "output",
+        "params",
+        "wildcards",
+        "threads",
+        "resources",
+        "log",
+        "rule",
+        "jobid",
+        "bench_iteration",
+        "bench_record",
+        "is_shell",
+    }
+)
+
+
+@dataclass(frozen=True)
+class RuleCode:
+    """A rule's compiled function (``rule.run_func``), as the direct way reads it."""
+
+    #: Its global ``shell`` is Snakemake's ``shell()``.
+    calls_snakemake_shell: bool
+    #: Its bytecode: (opname, argval) of each instruction.
+    instructions: tuple[tuple[str, Any], ...]
+    #: The names of its arguments.
+    arguments: frozenset[str]
+
+
+def rule_code(rule: Any) -> RuleCode | None:
+    """``rule``'s compiled function, read (its globals and bytecode); None if it has none.
+    Call only where :func:`shell_rule_readable`."""
+    func = getattr(rule, "run_func", None)
+    if func is None:
+        return None
+    from snakemake.shell import shell
+
+    code = func.__code__
+    return RuleCode(
+        calls_snakemake_shell=func.__globals__.get("shell") is shell,
+        instructions=tuple((ins.opname, ins.argval) for ins in dis.get_instructions(func)),
+        arguments=frozenset(code.co_varnames[: code.co_argcount]),
+    )
+
+
+def shell_command(job: Any) -> str:
+    """``job``'s command formatted exactly as Snakemake's ``shell()`` formats it, for a rule
+    whose :func:`rule_code` is a literal call of it (the direct way checks that)."""
+    rule = job.rule
+    local = {
+        "input": job.input._plainstrings(),
+        "output": job.output._plainstrings(),
+        "params": job.params,
+        "wildcards": job.wildcards,
+        "threads": job.threads,
+        "resources": job.resources,
+        "log": job.log._plainstrings(),
+        "rule": rule.name,
+        "jobid": job.jobid,
+        "is_shell": True,
+        "bench_record": None,
+        "bench_iteration": None,
+    }
+    namespace = ChainMap(local, rule.run_func.__globals__)
+    return command_formatter().vformat(rule.shellcmd, (), namespace)
 
 
 @functools.cache
@@ -150,4 +259,42 @@ SHELL = Touch(
     found=_names,
     fingerprint="get_executable,_get_process_prefix,_process_suffix,_processes,_lock,kill,sp,STDOUT",
 )
-TOUCHES = (SHELL,)
+
+
+def _shell_rule_names() -> str:
+    import snakemake.api  # noqa: F401  # first: snakemake.workflow imported alone is a cycle
+    from snakemake.iocontainers import Namedlist
+    from snakemake.shell import shell
+    from snakemake.workflow import Workflow
+
+    return present(
+        [
+            ("Namedlist._plainstrings", callable(getattr(Namedlist, "_plainstrings", None))),
+            ("Workflow.shellcmd", callable(getattr(Workflow, "shellcmd", None))),
+            ("Workflow.run", callable(getattr(Workflow, "run", None))),
+            ("shell", isinstance(shell, type)),
+        ]
+    )
+
+
+SHELL_RULE = Touch(
+    name="reading of a shell: rule",
+    kind="read",
+    what=(
+        "a shell: rule's compiled function (its globals and bytecode: snakemake/parser.py, "
+        "workflow.py) and Namedlist._plainstrings (iocontainers.py)"
+    ),
+    written_for="9.27.1",
+    without="every job goes the general way (a Snakemake of its own runs it)",
+    found=_shell_rule_names,
+    fingerprint="Namedlist._plainstrings,Workflow.shellcmd,Workflow.run,shell",
+)
+
+
+@functools.cache
+def shell_rule_readable() -> bool:
+    """Whether this Snakemake is the one :data:`SHELL_RULE` was written for (once)."""
+    return SHELL_RULE.matches()
+
+
+TOUCHES = (SHELL, SHELL_RULE)

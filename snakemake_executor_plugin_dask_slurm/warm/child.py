@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-from ..snakemake_internals.shell import remember_kills
+from ..snakemake_internals.shell import remember_shell_kills
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Run
 from . import marker, member, snakemake_side
@@ -182,9 +182,7 @@ def become_job(request: Run, close: Sequence[int], context: ZygoteContext) -> No
             fds=request.get("_fds"), log=str(request.get("log")), close=close,
         )  # fmt: skip
         if request.get("group"):
-            from snakemake.shell import shell
-
-            remember_kills(shell)
+            remember_shell_kills()
             member.install(key, context.address)
         code = interpreter_exit(snakemake_side.run(list(request["argv"])))
     except BaseException:

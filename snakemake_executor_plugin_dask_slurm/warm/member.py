@@ -96,8 +96,7 @@ def install(group_key: str, address: str) -> bool:
     """In a group job's warm process (``group_key``: its task key): spawn ``run:`` and
     ``shadow:`` members warm, through the zygote listening at ``address``. False, and
     nothing changed, if Snakemake's local executor is not the one this was written for."""
-    from snakemake.exceptions import SpawnedJobError
-    from snakemake.logging import logger
+    from ..snakemake_internals.local_executor import log_debug, spawned_job_error
 
     def warm(original: Any) -> Any:
         def spawn_job(self: Any, job: Any) -> None:
@@ -106,9 +105,9 @@ def install(group_key: str, address: str) -> bool:
             status = run_warm(request, address) if request is not None else None
             if status is None:
                 return original(self, job)
-            logger.debug(f"spawned job: {cmd}")
+            log_debug(f"spawned job: {cmd}")
             if status != 0:
-                raise SpawnedJobError()
+                raise spawned_job_error()
 
         return spawn_job
 

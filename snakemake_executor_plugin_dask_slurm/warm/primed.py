@@ -100,7 +100,7 @@ class Server:
         self.recorder.start()
         try:
             workflow = snakemake_side.prime(list(self.first["argv"]))
-        except snakemake_side.Unsupported as e:
+        except snakemake_side.NotWarmable as e:
             return str(e)
         except (Exception, Effect) as e:
             if self.recorder.effects:

@@ -40,7 +40,12 @@ from typing import Any, cast
 
 from ..snakemake_internals import shell as internal_shell
 from ..snakemake_internals.deployment import script_bench_record
-from ..snakemake_internals.script import SCRIPT_HOOK, software_reason, wrap_execute_script
+from ..snakemake_internals.script import (
+    SCRIPT_HOOK,
+    pip_deployments_path,
+    software_reason,
+    wrap_execute_script,
+)
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Inbox, Op, Received, RunScript, Started, encode
 from . import marker
@@ -345,9 +350,7 @@ def install(address: str) -> ScriptSetup:
     if not SCRIPT_HOOK.matches() or isinstance(shell_module.sp, _Subprocess):
         return ScriptSetup()
     bash = shell_module.shell.get_executable()
-    import snakemake
-
-    appended = tuple(p for p in [getattr(snakemake, "PIP_DEPLOYMENTS_PATH", None)] if p)
+    appended = tuple(p for p in [pip_deployments_path()] if p)
     wrap_execute_script(_hook)
     internal_shell.swap_subprocess(
         lambda real, stdout: _Subprocess(subprocess, stdout, address, bash)

@@ -20,26 +20,25 @@ parse (DAG, execution and group settings), except ``--unneeded-temp-files``.
 
 :func:`check_internals` pins everything used here (``snakemake_internals.cli.WARM_PARSE``);
 tests/component/test_snakemake_internals.py fails on a Snakemake release that changes it.
+Every reach into Snakemake's code (the two replacements, the private ``Workflow``
+attributes, ``main()`` itself) is a function of ``snakemake_internals.cli``; this module
+decides when. What the warm path cannot run raises :class:`NotWarmable`, with a named
+:class:`..worker.wire.Why`.
+
 What would make this unnecessary upstream: an API call that runs one job of an already
 parsed workflow (docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
 import platform
 import re
 import sys
-import tempfile
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
 from typing import Any
 
 from ..snakemake_internals import cli as internal_cli
+from ..worker.wire import Why
 
 #: Arguments of Snakemake's job command that differ between jobs of one run
 #: (snakemake_interface_executor_plugins' ``RealExecutor.get_job_args``, and
@@ -57,8 +56,18 @@ PER_JOB_FLAGS = (
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
-class Unsupported(Exception):
-    """The warm path cannot run this (the reason is the message)."""
+class NotWarmable(Exception):
+    """The warm path cannot run this job command: :attr:`NotWarmable.why` is the named
+    reason (:class:`..worker.wire.Why`), :attr:`NotWarmable.detail` what of this case a
+    user may need (may be ""); the message is the whole sentence, as before."""
+
+    why: Why
+    detail: str
+
+    def __init__(self, why: Why, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.why = why
+        self.detail = detail
 
 
 class _Primed(BaseException):
@@ -106,73 +115,42 @@ _state = _State()
 
 
 def check_internals() -> None:
-    """Raise :class:`Unsupported` unless Snakemake's internals are those this module was
+    """Raise :class:`NotWarmable` unless Snakemake's internals are those this module was
     written for."""
-    import snakemake
-
-    version = getattr(snakemake, "__version__", "?")
     missing = internal_cli.missing()
     if missing:
-        raise Unsupported(
-            f"Snakemake {version}'s internals are not the ones the warm path was written for "
-            f"(missing: {', '.join(missing)})"
+        detail = f"Snakemake {internal_cli.version()}, missing: {', '.join(missing)}"
+        raise NotWarmable(
+            Why.INTERNALS_CHANGED,
+            f"Snakemake {internal_cli.version()}'s internals are not the ones the warm path "
+            f"was written for (missing: {', '.join(missing)})",
+            detail,
         )
-
-
-#: Modules Snakemake imports lazily while it runs a job (``script:``'s language detection
-#: imports nbformat, with jsonschema; benchmarks; the DAG's toposort): imported once in
-#: the zygote, so that every job's process has them (~0.1 s each otherwise).
-PRELOAD = (
-    "graphlib",
-    "nbformat",
-    "snakemake.benchmark",
-    "snakemake.script",
-    "snakemake.wrapper",
-    "snakemake.notebook",
-)
-
-
-#: Attributes of a parsed ``Workflow`` that each job's process gets its own of.
-WORKFLOW_ATTRIBUTES = (
-    "logger_manager",
-    "output_settings",
-    "storage_settings",
-    "start_time",
-    "_snakemake_tmp_dir",
-    "_async_runners",
-    "_async_executor",
-    "_async_lock",
-)
 
 
 def load() -> dict[str, Any]:
     """Import Snakemake and every plugin (building the argument parser once does), install
     the two hooks (inactive), and return the ``nargs`` of each per-job flag."""
     check_internals()
-    import snakemake.cli as cli
-    from snakemake.api import WorkflowApi
-
-    _state.original_parser = cli.get_argument_parser
-    _state.original_property = vars(WorkflowApi)["_workflow"]
+    _state.original_parser, _state.original_property = internal_cli.originals()
     parser = _state.original_parser()
-    for name in PRELOAD:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    internal_cli.preload()
     # Snakemake's log header (Workflow.info_header: platform.platform()) asks for the
     # processor, which `platform` finds by running `uname -p` once per process: cached
     # here, every job forked from this process finds it (3 ms and a fork per job before;
     # `platform.uname()` alone leaves the field to its first reader).
     platform.uname().processor  # noqa: B018
-    actions = getattr(parser, "_option_string_actions", {})
-    missing = [flag for flag in PER_JOB_FLAGS if flag not in actions]
+    nargs = internal_cli.option_nargs(parser, PER_JOB_FLAGS)
+    missing = [flag for flag in PER_JOB_FLAGS if flag not in nargs]
     if missing:
-        raise Unsupported(
+        raise NotWarmable(
+            Why.INTERNALS_CHANGED,
             f"Snakemake's command line has no {', '.join(missing)}: its job command is not "
-            "the one the warm path was written for"
+            "the one the warm path was written for",
+            f"missing: {', '.join(missing)}",
         )
-    cli.get_argument_parser = _get_argument_parser
-    WorkflowApi._workflow = property(_workflow)
-    return {flag: actions[flag].nargs for flag in PER_JOB_FLAGS}
+    internal_cli.hook_parse(_get_argument_parser, _workflow)
+    return nargs
 
 
 def _get_argument_parser(profiles: Any = None) -> Any:
@@ -182,95 +160,79 @@ def _get_argument_parser(profiles: Any = None) -> Any:
 
 
 def _workflow(self: Any) -> Any:
-    if self._workflow_store is not None or _state.mode == "off":
+    if internal_cli.stored(self) or _state.mode == "off":
         return _state.original_property.fget(self)
     if _state.mode == "prime":
         workflow = _state.original_property.fget(self)
-        self._workflow_store = None  # its api's cleanup must not tear it down
+        internal_cli.forget(self)  # its api's cleanup must not tear it down
         _state.snakefile = self.snakefile
         raise _Primed(workflow)
     if self.snakefile != _state.snakefile:
         return _state.original_property.fget(self)
-    workflow = _state.workflow
-    api = self.snakemake_api
-    workflow.logger_manager = api.logger_manager
-    workflow.output_settings = api.output_settings
-    workflow.storage_settings = self.storage_settings  # --unneeded-temp-files
-    workflow.start_time = datetime.now()
-    workflow._snakemake_tmp_dir = tempfile.TemporaryDirectory(prefix="snakemake")
-    workflow._async_runners = {}
-    workflow._async_executor = ThreadPoolExecutor()
-    workflow._async_lock = threading.Lock()
-    self._workflow_store = workflow
-    return workflow
-
-
-def main_path() -> str:
-    """``sys.argv[0]`` of ``python -m snakemake``."""
-    import snakemake
-
-    return os.path.join(os.path.dirname(snakemake.__file__), "__main__.py")
+    internal_cli.adopt(self, _state.workflow)
+    return _state.workflow
 
 
 def prime(argv: Sequence[str]) -> Any:
     """Run Snakemake's ``main(argv)`` until it parsed the workflow; the parsed workflow.
 
-    Raises :class:`Unsupported` if Snakemake ended before (it printed why)."""
-    import snakemake.cli as cli
-
+    Raises :class:`NotWarmable` if Snakemake ended before (it printed why), or if the
+    parsed workflow cannot be served to jobs."""
     _state.parser = _state.original_parser()  # fresh, for the jobs: never used here
     _state.mode = "prime"
     saved = sys.argv
-    sys.argv = [main_path(), *argv]
+    sys.argv = [internal_cli.main_path(), *argv]
     try:
-        cli.main(list(argv))
+        internal_cli.run_main(argv)
     except _Primed as primed:
         workflow = primed.workflow
     except SystemExit as e:
-        raise Unsupported(
-            f"Snakemake exited with {e.code} before the workflow was parsed"
+        raise NotWarmable(
+            Why.PARSE_FAILED,
+            f"Snakemake exited with {e.code} before the workflow was parsed",
+            f"Snakemake exited with {e.code}",
         ) from None
     else:
-        raise Unsupported("Snakemake returned without parsing the workflow")
+        raise NotWarmable(Why.PARSE_FAILED, "Snakemake returned without parsing the workflow")
     finally:
         sys.argv = saved
         _state.mode = "off"
-    missing = [name for name in WORKFLOW_ATTRIBUTES if not hasattr(workflow, name)]
-    if missing:
-        raise Unsupported(
-            "Snakemake's parsed workflow is not the one the warm path was written for "
-            f"(missing: {', '.join(missing)})"
-        )
-    if getattr(workflow.sourcecache, "runtime_cache", None) is not None:
-        raise Unsupported(
-            "the job command has no --runtime-source-cache-path (no shared source cache): "
-            "each job would parse into a runtime source cache of its own"
-        )
+    _check_parsed(workflow)
     _state.workflow = workflow
     return workflow
+
+
+def _check_parsed(workflow: Any) -> None:
+    missing = internal_cli.workflow_missing(workflow)
+    if missing:
+        raise NotWarmable(
+            Why.INTERNALS_CHANGED,
+            "Snakemake's parsed workflow is not the one the warm path was written for "
+            f"(missing: {', '.join(missing)})",
+            f"missing: {', '.join(missing)}",
+        )
+    if internal_cli.has_runtime_source_cache(workflow):
+        raise NotWarmable(
+            Why.NO_SOURCE_CACHE,
+            "the job command has no --runtime-source-cache-path (no shared source cache): "
+            "each job would parse into a runtime source cache of its own",
+        )
 
 
 def quiesce(workflow: Any) -> None:
     """After :func:`prime`: end what the parse started that a fork must not copy: the
     asyncio runners and their thread pool (each job gets its own), and the parse's
     temporary directory."""
-    with workflow._async_lock:
-        for runner in workflow._async_runners.values():
-            runner.close()
-        workflow._async_runners = {}
-    workflow._async_executor.shutdown(wait=True)
-    workflow._snakemake_tmp_dir.cleanup()
+    internal_cli.quiesce(workflow)
 
 
 def run(argv: Sequence[str]) -> int:
     """In a job's process: Snakemake's ``main(argv)`` on the primed workflow; its exit
     status."""
-    import snakemake.cli as cli
-
     _state.mode = "serve"
-    sys.argv = [main_path(), *argv]
+    sys.argv = [internal_cli.main_path(), *argv]
     try:
-        cli.main(list(argv))
+        internal_cli.run_main(argv)
     except SystemExit as e:
         code = e.code
         if code is None:

@@ -88,9 +88,9 @@ def _library_roots() -> tuple[str, ...]:
 
 def own_roots() -> tuple[str, ...]:
     """Where Snakemake's and this plugin's code are: what they read is not the workflow's."""
-    import snakemake
+    from ..snakemake_internals.cli import package_dir
 
-    roots = {os.path.dirname(snakemake.__file__), os.path.dirname(os.path.dirname(__file__))}
+    roots = {package_dir(), os.path.dirname(os.path.dirname(__file__))}
     return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
 
 

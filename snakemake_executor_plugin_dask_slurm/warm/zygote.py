@@ -44,6 +44,7 @@ from typing import Any, NoReturn, cast
 
 from ..worker import warm_protocol as protocol
 from ..worker.warm_protocol import Inbox, Op, Outbox, Received, encode, hang_bounds
+from ..worker.wire import Why
 from . import marker, member, script, script_run, snakemake_side, thread_pools
 from .child import fork_clean, record_signals
 from .children import Children, Script, Server
@@ -381,9 +382,10 @@ def main(argv: list[str] | None = None) -> None:
     address = listening_address()
     try:
         if not marker.available():
-            raise snakemake_side.Unsupported(
+            raise snakemake_side.NotWarmable(
+                Why.CANNOT_START,
                 f"this process has no {marker.SLOT_VARIABLE} slot in /proc/self/environ "
-                "(not Linux?), so a forked job's processes could not carry their marker"
+                "(not Linux?), so a forked job's processes could not carry their marker",
             )
         with thread_pools.loading_with_one_thread():
             nargs = snakemake_side.load()
@@ -391,11 +393,12 @@ def main(argv: list[str] | None = None) -> None:
         scripts = script.install(address)
         threads = settle_threads()
         if threads > 1:
-            raise snakemake_side.Unsupported(
-                f"importing Snakemake and its plugins leaves {threads - 1} thread(s) running"
+            raise snakemake_side.NotWarmable(
+                Why.CANNOT_START,
+                f"importing Snakemake and its plugins leaves {threads - 1} thread(s) running",
             )
     except Exception as e:
-        reason = str(e) if isinstance(e, snakemake_side.Unsupported) else f"{type(e).__name__}: {e}"
+        reason = str(e) if isinstance(e, snakemake_side.NotWarmable) else f"{type(e).__name__}: {e}"
         outbox.send(protocol.Failed(op=Op.FAILED, reason=reason))
         return
     base_env = {k: v for k, v in os.environ.items() if k != marker.SLOT_VARIABLE}

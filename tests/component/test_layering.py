@@ -15,6 +15,9 @@
   it starts as fast as Snakemake does.
 - ``snakemake_internals/`` (every reach into Snakemake's code) is a leaf: it imports only
   the standard library, Snakemake (inside functions) and itself.
+- Snakemake itself (``snakemake``, ``snakemake.*``; not ``snakemake_interface_*``) is
+  imported only in ``snakemake_internals/``, at module level or inside functions, except
+  by the entry points of :data:`ENTRY_POINTS`.
 - Only named modules start processes (import ``subprocess``).
 - Importing a worker-side module imports neither Snakemake nor the rest of the plugin.
 """
@@ -50,6 +53,13 @@ WARM_FORBIDDEN = {"distributed", "dask", "tornado"}
 WARM_SHARED = ("warm", "worker", "snakemake_internals")
 #: What snakemake_internals/ may import besides the standard library and itself.
 SNAKEMAKE = ("snakemake", "snakemake_interface_common", "snakemake_interface_executor_plugins")
+#: The only imports of Snakemake itself outside snakemake_internals/: (module, what it
+#: imports) -> why it is an entry point, not a reach into Snakemake's code.
+ENTRY_POINTS = {
+    ("dispatch/group_runner.py", "snakemake.cli"): (
+        "a group job's own Snakemake: the command the cold way runs is Snakemake's main()"
+    ),
+}
 
 
 def modules() -> list[Path]:
@@ -119,6 +129,31 @@ def test_imports_point_the_right_way(path: Path) -> None:
             )
 
 
+def snakemake_imports(path: Path) -> list[str]:
+    """What ``path`` imports of Snakemake itself (``snakemake``, ``snakemake.*``)."""
+    return [m for m, _ in imports(path) if m == "snakemake" or m.startswith("snakemake.")]
+
+
+OUTSIDE_THE_ROOM = [p for p in modules() if part(p) != "snakemake_internals"]
+
+
+@pytest.mark.parametrize("path", OUTSIDE_THE_ROOM, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_snakemake_is_imported_only_in_its_room(path: Path) -> None:
+    where = str(path.relative_to(PACKAGE))
+    for module in snakemake_imports(path):
+        assert (where, module) in ENTRY_POINTS, (
+            f"{where} imports {module}: Snakemake's code is reached only through "
+            "snakemake_internals/ (add a narrow function there), or, for an entry point, "
+            "declared in ENTRY_POINTS with its reason"
+        )
+
+
+def test_every_entry_point_is_still_one() -> None:
+    """The allow-list holds only imports that exist: a stale entry would hide a new one."""
+    for where, module in ENTRY_POINTS:
+        assert module in snakemake_imports(PACKAGE / where), (where, module)
+
+
 def test_the_layering_test_sees_imports() -> None:
     """Guard against a checker that finds nothing and so cannot fail."""
     found = dict(imports(PACKAGE / "worker" / "task.py"))
@@ -127,6 +162,13 @@ def test_the_layering_test_sees_imports() -> None:
     assert ("subprocess", True) in imports(PACKAGE / "slurm" / "run.py")
     room = dict(imports(PACKAGE / "snakemake_internals" / "scheduler.py"))
     assert room["snakemake.scheduling.job_scheduler"] is False  # inside a function
+    inside = set(snakemake_imports(PACKAGE / "snakemake_internals" / "cli.py"))
+    assert {"snakemake", "snakemake.cli", "snakemake.api"} <= inside  # all inside functions
+    # the interface packages are not Snakemake itself
+    assert ("snakemake_interface_executor_plugins.utils", False) in imports(
+        PACKAGE / "dispatch" / "job_commands.py"
+    )
+    assert not snakemake_imports(PACKAGE / "dispatch" / "job_commands.py")
 
 
 def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:

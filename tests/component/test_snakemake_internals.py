@@ -723,3 +723,190 @@ def test_the_greedy_selection_of_real_jobs(dag_of: Any) -> None:
             assert fixed(scheduler, jobs, [], resources, sizes) == expected
             chose.add(len(expected))
     assert len(chose) > 5
+
+
+# -- the room's narrow functions: the direct way's reads, the warm parse, the public API --
+
+
+def test_the_direct_way_reads_a_shell_rule_and_formats_its_command(dag_of: Any) -> None:
+    """Real rules: a literal ``shell:`` is read as a literal call of Snakemake's shell() and
+    its job's command formatted as shell() would (the rule module's globals, the job's
+    plain file lists); an f-string is an expression; a ``run:`` rule has no command."""
+    from snakemake_executor_plugin_dask_slurm.dispatch import direct_command
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell as internal
+
+    text = (
+        'G = "global"\nN = 2\n'
+        'rule all:\n    input: "out/1.txt", "f.txt", "r.txt"\n'
+        'rule thin:\n    input: "src/0.txt"\n    output: "out/{i}.txt"\n'
+        '    shell: "echo {wildcards.i} {G} {input:q} {threads} > {output}"\n'
+        'rule f:\n    output: "f.txt"\n    shell: f"echo {N} > {{output}}"\n'
+        'rule r:\n    output: "r.txt"\n    run:\n        pass\n'
+    )
+    dag = dag_of(text, ["src/0.txt"], "direct")
+    jobs = {job.rule.name: job for job in dag.jobs}
+    assert internal.shell_rule_readable()
+    code = internal.rule_code(jobs["thin"].rule)
+    assert code is not None and code.calls_snakemake_shell
+    assert code.arguments >= {"input", "output", "wildcards", "threads"}
+    assert ("LOAD_GLOBAL", "shell") in code.instructions
+    assert direct_command.literal_shell_rule(jobs["thin"].rule) is None
+    assert internal.shell_command(jobs["thin"]) == "echo 1 global src/0.txt 1 > out/1.txt"
+    assert direct_command.literal_shell_rule(jobs["f"].rule) == "shell: is an expression"
+    assert direct_command.literal_shell_rule(jobs["r"].rule) == "no rule function"
+
+
+def test_on_a_snakemake_the_reading_was_not_written_for_no_rule_goes_direct(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from snakemake_executor_plugin_dask_slurm.dispatch import direct_command
+
+    monkeypatch.setattr(direct_command, "shell_rule_readable", lambda: False)
+    assert direct_command.literal_shell_rule(object()) == (
+        "this Snakemake's shell: rules are not the ones the direct way reads"
+    )
+
+
+class FakeWorkflowApi:
+    """What the warm parse reads and writes of a ``WorkflowApi``."""
+
+    def __init__(self) -> None:
+        self._workflow_store: Any = None
+        self.storage_settings = "per-job storage"
+        self.snakemake_api = type("Api", (), {"logger_manager": "lm", "output_settings": "os"})
+
+
+def test_a_job_process_adopts_the_primed_workflow_with_its_own_per_run_parts() -> None:
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import cli
+
+    api, workflow = FakeWorkflowApi(), type("Workflow", (), {})()
+    assert not cli.stored(api)
+    assert cli.workflow_missing(workflow) == list(cli.WORKFLOW_ATTRIBUTES)
+    cli.adopt(api, workflow)
+    assert cli.stored(api) and api._workflow_store is workflow
+    assert cli.workflow_missing(workflow) == []
+    assert (workflow.logger_manager, workflow.output_settings) == ("lm", "os")
+    assert workflow.storage_settings == "per-job storage"
+    workflow._async_runners = {"r": type("Runner", (), {"close": lambda self: None})()}
+    cli.quiesce(workflow)  # what a fork must not copy is ended
+    assert workflow._async_runners == {}
+    assert not Path(workflow._snakemake_tmp_dir.name).exists()
+    cli.forget(api)
+    assert not cli.stored(api)
+
+
+def test_the_warm_parse_hooks_are_snakemakes_functions_replaced_and_read_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import snakemake.cli
+    from snakemake.api import WorkflowApi
+
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import cli
+
+    parser_fn, prop = cli.originals()
+    assert parser_fn is snakemake.cli.get_argument_parser
+    assert prop is vars(WorkflowApi)["_workflow"]
+    monkeypatch.setattr(snakemake.cli, "get_argument_parser", parser_fn)
+    monkeypatch.setattr(WorkflowApi, "_workflow", prop)
+
+    def parser(profiles: Any = None) -> str:
+        return "parser"
+
+    def workflow(api: Any) -> str:
+        return "workflow"
+
+    cli.hook_parse(parser, workflow)
+    assert snakemake.cli.get_argument_parser() == "parser"
+    assert vars(WorkflowApi)["_workflow"].fget is workflow
+    nargs = cli.option_nargs(parser_fn(), ("--target-jobs", "--attempt", "--no-such-flag"))
+    assert nargs == {"--target-jobs": "+", "--attempt": None}
+    assert cli.main_path().endswith("snakemake/__main__.py")
+
+
+def test_the_public_api_through_the_room() -> None:
+    import snakemake
+    from snakemake.exceptions import SpawnedJobError
+    from snakemake.logging import logger
+
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import cli, local_executor
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import script as scripts
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell as shells
+
+    assert isinstance(local_executor.spawned_job_error(), SpawnedJobError)
+    assert scripts.pip_deployments_path() == snakemake.PIP_DEPLOYMENTS_PATH
+    assert Path(cli.package_dir(), "__init__.py").samefile(snakemake.__file__)
+    assert cli.version() == snakemake.__version__
+    (spec,) = cli.parse_target_jobs(["r:i=1"])
+    assert (spec.rulename, dict(spec.wildcards_dict)) == ("r", {"i": "1"})
+    handler, level = Records(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        shells.log_info("an info line")
+        local_executor.log_debug("a debug line")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [message for message, _ in handler.seen] == ["an info line", "a debug line"]
+
+
+def test_each_case_the_warm_path_cannot_run_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NotWarmable.why`` for each refusal of warm/snakemake_side.py; the message (what
+    the zygote and the primed server send) is the sentence it always was."""
+    from snakemake_executor_plugin_dask_slurm.warm import snakemake_side
+    from snakemake_executor_plugin_dask_slurm.warm.snakemake_side import NotWarmable
+    from snakemake_executor_plugin_dask_slurm.worker.wire import Why
+
+    internal = snakemake_side.internal_cli
+    monkeypatch.setattr(snakemake_side, "_state", snakemake_side._State())  # none left behind
+
+    def refusal(call: Any, *args: Any) -> NotWarmable:
+        with pytest.raises(NotWarmable) as caught:
+            call(*args)
+        return caught.value
+
+    monkeypatch.setattr(internal, "missing", lambda: ["cli.main"])
+    e = refusal(snakemake_side.check_internals)
+    assert e.why is Why.INTERNALS_CHANGED and "missing: cli.main" in str(e)
+    monkeypatch.setattr(internal, "missing", lambda: [])
+    monkeypatch.setattr(internal, "originals", lambda: ((lambda *a: None), None))
+    monkeypatch.setattr(internal, "option_nargs", lambda parser, flags: {})
+    monkeypatch.setattr(internal, "preload", lambda: None)
+    e = refusal(snakemake_side.load)
+    assert e.why is Why.INTERNALS_CHANGED and str(e).startswith("Snakemake's command line has no")
+    monkeypatch.setattr(snakemake_side._state, "original_parser", lambda *a: None)
+    for ending, sentence in ((SystemExit(1), "exited with 1 before"), (None, "returned without")):
+
+        def run_main(argv: Any, ending: Any = ending) -> None:
+            if ending is not None:
+                raise ending
+
+        monkeypatch.setattr(internal, "run_main", run_main)
+        e = refusal(snakemake_side.prime, ["--snakefile", "S"])
+        assert e.why is Why.PARSE_FAILED and sentence in str(e)
+    workflow = type("Workflow", (), {})()
+    e = refusal(snakemake_side._check_parsed, workflow)
+    assert e.why is Why.INTERNALS_CHANGED and "_async_lock" in e.detail
+    for name in internal.WORKFLOW_ATTRIBUTES:
+        setattr(workflow, name, None)
+    workflow.sourcecache = type("Cache", (), {"runtime_cache": object()})()
+    e = refusal(snakemake_side._check_parsed, workflow)
+    assert e.why is Why.NO_SOURCE_CACHE and "--runtime-source-cache-path" in str(e)
+    workflow.sourcecache.runtime_cache = None
+    snakemake_side._check_parsed(workflow)
+
+
+def test_the_shell_rule_reading_matches_whatever_snakemake_imported_before() -> None:
+    """Read first in a process that imported only ``snakemake.shell`` (``snakemake.workflow``
+    imported alone is an import cycle): it matches, and is not cached as a mismatch."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import snakemake.shell;"
+        "from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell;"
+        "print(shell.shell_rule_readable())"
+    )
+    argv = [sys.executable, "-c", probe]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
