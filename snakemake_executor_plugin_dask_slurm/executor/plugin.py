@@ -92,6 +92,8 @@ class Executor(RemoteExecutor):
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
         log_dir = self.config.run_dir / "logs"
+        # Made here, with its log directory: the status thread and the wake-up read it
+        # only once the run started.
         self._registry = JobRegistry(logs=str(log_dir))
         self._builder = JobCommandBuilder(
             workflow=self.workflow,
