@@ -40,7 +40,7 @@ PHASES = (
     ("executor shutdown (teardown)", f"Executor.shutdown ({PLUGIN}"),
     ("Snakemake run_job_pre (job info logging)", "AbstractExecutor.run_job_pre"),
     ("plugin run_jobs (submission)", f"Executor.run_jobs ({PLUGIN}"),
-    ("plugin run_jobs (submission)", f"Executor._submit_chunk ({PLUGIN}"),
+    ("plugin run_jobs (submission)", f"Submitter.submit ({PLUGIN}"),
     ("Snakemake _finish_jobs (post-processing)", "JobScheduler._finish_jobs"),
     ("Snakemake job selection", "JobScheduler.job_selector"),
     ("Snakemake job selection", "JobScheduler._job_selector"),
@@ -128,7 +128,7 @@ def inclusive(stacks: Sequence[Stack]) -> Counter[str]:
 
 #: Functions whose direct callees are listed (where their time goes), as PHASES.
 BREAKDOWNS = (
-    f"Executor._submit_chunk ({PLUGIN}",
+    f"Submitter.submit ({PLUGIN}",
     f"Dispatcher.submit_many ({PLUGIN}",
     f"JobCommandBuilder.build_many ({PLUGIN}",
     "JobScheduler._finish_jobs.<locals>.postprocess (",
@@ -241,7 +241,7 @@ PASSING_ON = (
     POSTPROCESS,
     "_wrap_snakemake.",
     FINISH_JOBS,
-    f"Executor._submit_chunk ({PLUGIN}",
+    f"Submitter.submit ({PLUGIN}",
     "JobScheduler.job_selector.<locals>.run_selector (",
     "replacement.<locals>.",
 )

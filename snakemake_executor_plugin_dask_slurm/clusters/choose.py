@@ -188,11 +188,9 @@ def _make_source(
     host, _ = choose_scheduler_host(config.interface, config.scheduler_host, None, False)
     check_bindable(host)
     security = early.security if early is not None else run_security(config, None)
-    cluster = LocalProcessCluster.plan(
-        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", security
+    return LocalProcessCluster.plan(
+        config, cpus, cpus_source, mem_mb, host or "127.0.0.1", security, early
     )
-    cluster.early = early
-    return cluster
 
 
 def make_worker_jobs(

@@ -13,12 +13,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..config import RunConfig
 from ..worker.supervisor import Swept, end_worker, sweep
 from .process_cluster import ProcessCluster
 from .security import RunSecurity
 from .spec import plan_local
+
+if TYPE_CHECKING:
+    from .early import EarlyWorkers
 
 
 class LocalProcessCluster(ProcessCluster):
@@ -27,12 +31,12 @@ class LocalProcessCluster(ProcessCluster):
     @classmethod
     def plan(
         cls, config: RunConfig, cpus: int, cpus_source: str, mem_mb: int | None, host: str,
-        security: RunSecurity,
+        security: RunSecurity, early: EarlyWorkers | None = None,
     ) -> LocalProcessCluster:  # fmt: skip
         spec = plan_local(
             config, cpus, cpus_source, mem_mb, host, sys.executable, os.getpid(), security
         )
-        cluster = cls(spec, config.startup_timeout, security)
+        cluster = cls(spec, config.startup_timeout, security, early)
         cluster.show_dashboard = config.dashboard
         cluster.dashboard_bind = config.dashboard_address
         # Outside SLURM the scheduler runs where the user runs Snakemake: no tunnel to

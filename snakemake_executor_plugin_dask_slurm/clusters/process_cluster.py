@@ -47,7 +47,13 @@ COUNT_TIMEOUT = 1.0
 class ProcessCluster(ClusterSource):
     """A scheduler and workers this plugin starts as processes, and stops."""
 
-    def __init__(self, spec: ClusterSpec, timeout: float, security: RunSecurity):
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        timeout: float,
+        security: RunSecurity,
+        early: EarlyWorkers | None = None,
+    ):
         self.spec = spec
         self.scheduler = managed(spec.scheduler)
         self.workers = [managed(worker) for worker in spec.workers]
@@ -63,7 +69,7 @@ class ProcessCluster(ClusterSource):
         self.teardown_seconds: float | None = None
         self.launched: float | None = None  # time.monotonic() of launch()
         #: Workers started before the plan (local mode), adopted at the launch.
-        self.early: EarlyWorkers | None = None
+        self.early = early
 
     def launch(self, worker_env: Mapping[str, str] | None = None) -> None:
         """Start the scheduler and the workers (the workers wait for the scheduler file

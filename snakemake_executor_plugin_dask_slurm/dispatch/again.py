@@ -38,6 +38,8 @@ class Snakemake:
     #: ``failed(info, msg=..., aux_logs=...)``: Snakemake's report_job_error.
     failed: Callable[..., None]
     async_run: Callable[[Coroutine[Any, Any, Any]], Any]
+    #: ``submitted(info, register_job=...)``: Snakemake's report_job_submission.
+    submitted: Callable[..., None]
 
 
 class Again:

@@ -14,7 +14,7 @@ The hot path: ``submit_many`` runs on Snakemake's scheduling thread for every ch
 scheduling round, so it only hands the tasks to the client (non-blocking, one
 ``Client.map`` — one graph update — per distinct resource request). Completion is
 event-driven: the event handler records the outcome and wakes the executor's status
-loop, which then ``drain``s every finished task.
+loop, which then ``drain``s every finished task and settles it (:class:`.ends.Settler`).
 """
 
 from __future__ import annotations

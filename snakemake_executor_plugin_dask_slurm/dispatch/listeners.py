@@ -1,7 +1,8 @@
 """What else of the run wants to know about its jobs and workers (the allocation's clock
 learns how long each rule's jobs take; the usage report records every attempt and every
-worker): one small interface, called by the run's glue and the dispatcher, so that a new
-listener needs no new hook. A listener overrides what it needs; the rest does nothing.
+worker): one small interface, called by dispatch's two ends (:mod:`.ends`), the
+dispatcher and the run's glue (its end), so that a new listener needs no new hook. A
+listener overrides what it needs; the rest does nothing.
 
 Listeners run on the thread that calls them (Snakemake's scheduling thread for
 ``handed_over`` and ``refused``, the status or recovery thread for ``ended``, Dask's event

@@ -1,15 +1,17 @@
-"""What becomes of every task that ended, of the jobs of a worker that died, and of a run
-whose cluster broke: the pure decisions (:func:`..dispatch.routing.route`,
-:func:`..dispatch.recovery.decide`, :class:`..dispatch.health.NoWorkers`) carried out with
-the cluster source, the dispatcher and Snakemake's callbacks. What asks nothing of the
-cluster — failing a job, running it again, handing it over again elsewhere — is the
-dispatch side's :class:`..dispatch.again.Again`, which this calls once the cluster was asked.
+"""What a task's end asks of the cluster, the jobs of a worker that died, and a run whose
+cluster broke: the pure decisions (:func:`..dispatch.recovery.decide`,
+:class:`..dispatch.health.NoWorkers`) carried out with the cluster source, the dispatcher
+and Snakemake's callbacks. A task's end is settled on the dispatch side
+(:class:`..dispatch.ends.Settler`), which asks this (its
+:class:`..dispatch.ends.ClusterSide`) only what needs the cluster; what asks nothing of the
+cluster — failing a job, running it again, handing it over again elsewhere — is
+:class:`..dispatch.again.Again`, which this calls once the cluster was asked.
 
-Threads: :meth:`Failures.ended` runs on Snakemake's status thread; whatever may wait for
-SLURM (is the allocation or the worker job still there?) or for a dead worker's
-supervisor runs on the recovery thread (:class:`..dispatch.recovery.Recovery`); failing
-the whole run runs on a thread of its own. Which jobs are registered, and whether the
-run stops, is the registry's to say, under its lock.
+Threads: the settling runs on Snakemake's status thread; whatever may wait for SLURM (is
+the allocation or the worker job still there?) or for a dead worker's supervisor runs on
+the recovery thread (:class:`..dispatch.recovery.Recovery`); failing the whole run runs on
+a thread of its own. Which jobs are registered, and whether the run stops, is the
+registry's to say, under its lock.
 """
 
 from __future__ import annotations
@@ -20,55 +22,65 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..clusters.base import ClusterSource
-from ..dispatch.again import Again, Snakemake
+from ..dispatch.again import Again
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.health import NoWorkers
-from ..dispatch.listeners import Listeners
 from ..dispatch.outcomes import Finished, WorkerRef
 from ..dispatch.recovery import Gone, Recovery, decide
 from ..dispatch.registry import JobRecord, JobRegistry, counts_by_rule
-from ..dispatch.routing import Route, RunState, route
 from ..report.detail import detail
 from ..report.messages import job_label, lost_worker_line
+from .say import Say
 
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5
 
 
-def _unsaid(line: str) -> None:
-    """A debug line where nobody asked for them."""
-
-
 @dataclass(frozen=True)
-class Say:
-    """One line to the user, at INFO, WARNING or ERROR (or DEBUG: with --verbose)."""
+class Stopper:
+    """Stopping jobs where they run: through the workers, or, when the scheduler is gone,
+    by stopping the workers (whose supervisors end the jobs)."""
 
-    info: Callable[[str], None]
-    warn: Callable[[str], None]
-    error: Callable[[str], None]
-    debug: Callable[[str], None] = _unsaid
+    source: ClusterSource
+    dispatcher: Dispatcher
+
+    def stop_jobs(self, keys: list[str]) -> set[str] | None:
+        """Kill those jobs; each is then reported failed (blocks a few seconds). The keys
+        that were running (None: not known, the scheduler is gone)."""
+        if self.source.scheduler_lost():
+            self.source.stop_workers()  # their supervisors end the jobs
+            return None
+        return self.dispatcher.stop(keys)
+
+    def withdraw(self, keys: list[str]) -> dict[str, float] | None:
+        """Take back those of ``keys`` that have not started (see
+        :meth:`..dispatch.dispatcher.Dispatcher.withdraw`); None if nobody can be asked."""
+        if self.source.scheduler_lost():
+            return None
+        return self.dispatcher.withdraw(keys)
 
 
 class Failures:
+    """The cluster's side of a task's end (a :class:`..dispatch.ends.ClusterSide`), a dead
+    worker's jobs, a broken cluster."""
+
     def __init__(
         self,
         registry: JobRegistry,
         source: ClusterSource,
         dispatcher: Dispatcher,
-        snakemake: Snakemake,
+        again: Again,
         startup_timeout: float,
-        listeners: Listeners,
         say: Say,
         detail_log: str = "",
     ):
         self.registry = registry
         self.source = source
         self.dispatcher = dispatcher
-        self.snakemake = snakemake
         #: Failing a job, running it again, handing it over again (the dispatch side).
-        self.again = Again(registry, dispatcher, snakemake, listeners)
+        self.again = again
+        self.snakemake = again.snakemake
         self.no_workers = NoWorkers(source.restarts_workers, startup_timeout, registry.logs)
-        self.listeners = listeners
         self.say = say
         self._next_health_check = 0.0
         #: Workers removed for silence: how each was ended ("" until it was).
@@ -79,57 +91,26 @@ class Failures:
             source.record_dir, source.sweep, self._on_gone, self._on_worker_removed
         )
 
-    # -- a task ended (the status thread) ------------------------------------------------
+    # -- what a task's end asks of the cluster (dispatch.ends.ClusterSide) ---------------
 
-    def ended(self, finished: Finished) -> None:
-        registry = self.registry
-        record = registry.get(finished.key)
-        self.tell(finished)
-        on, growth = finished.on, self.source.growth
-        state = RunState(
-            registered=record is not None,
-            fatal=registry.fatal is not None,
-            stopping=registry.stop_reason is not None,
-            on_worker_job=on is not None and growth is not None and growth.from_worker_job(on.name),
-            stopped_at_limit=record is not None and record.stopped_at_limit == finished.key,
-        )
-        way = route(finished, state)
-        if way is Route.SUCCEEDED:
-            popped = registry.pop(finished.key)
-            if popped is not None:  # not claimed for a rerun meanwhile
-                self.snakemake.succeeded(popped.info)
-        elif way is Route.MOVE:
-            self.again.move(finished)
-        elif way is Route.RERUN:
-            # Stopped by the plugin at its worker job's landing: its process group is gone
-            # (its outcome came after it was reaped), so it runs again at once.
-            self.recovery.call(lambda: self.again.rerun(finished.key, finished))
-        elif way is Route.LOST:
-            assert finished.lost_on is not None
-            self.recovery.lost(finished.key, finished.lost_on)  # stays registered
-        elif way is Route.ASK_WORKER_JOB:
-            noticed = time.time()
-            self.recovery.call(lambda: self._unless_worker_job_ended(finished, noticed))
-        elif way is Route.CHECK_CLUSTER:
-            # Cancelled, or lost with the scheduler: its processes may still run. If the
-            # cluster broke, the run's failure reports it once they are gone.
-            self.check_cluster(force=True)
-            if not registry.fatal:
-                self.again.fail(finished)
-        elif way is Route.ASK_ALLOCATION:
-            # SLURM signals every process of an allocation it ends: ask it first (on the
-            # recovery thread); such jobs are then reported with the one message.
-            self.recovery.call(lambda: self._unless_allocation_ended(finished))
-        elif way is Route.FAILED:
-            self.again.fail(finished)
+    def from_worker_job(self, worker: str) -> bool:
+        growth = self.source.growth
+        return growth is not None and growth.from_worker_job(worker)
 
-    def tell(self, finished: Finished) -> None:
-        """Tell the listeners how a task ended, also one whose job the run already gave
-        up (taken at Ctrl-C or when the cluster broke): it ran, and the usage report
-        records what it ran. Nothing else is done with it (see :meth:`ended`)."""
-        record = self.registry.get(finished.key) or self.registry.taken(finished.key)
-        if record is not None:
-            self.listeners.ended(record, finished)
+    def later(self, call: Callable[[], None]) -> None:
+        self.recovery.call(call)
+
+    def lost(self, key: str, worker: WorkerRef) -> None:
+        self.recovery.lost(key, worker)
+
+    def unless_worker_job_ended(self, finished: Finished) -> None:
+        noticed = time.time()
+        self.recovery.call(lambda: self._unless_worker_job_ended(finished, noticed))
+
+    def unless_allocation_ended(self, finished: Finished) -> None:
+        # SLURM signals every process of an allocation it ends: ask it first (on the
+        # recovery thread); such jobs are then reported with the one message.
+        self.recovery.call(lambda: self._unless_allocation_ended(finished))
 
     def _unless_allocation_ended(self, finished: Finished) -> None:
         """(Recovery thread) A job killed by a signal the plugin did not send."""
@@ -202,21 +183,6 @@ class Failures:
             )
         for record in left.values():
             self.snakemake.failed(record.info, msg=f"stopped: {reason}")
-
-    def stop_jobs(self, keys: list[str]) -> set[str] | None:
-        """Kill those jobs; each is then reported failed (blocks a few seconds). The keys
-        that were running (None: not known, the scheduler is gone)."""
-        if self.source.scheduler_lost():
-            self.source.stop_workers()  # their supervisors end the jobs
-            return None
-        return self.dispatcher.stop(keys)
-
-    def withdraw(self, keys: list[str]) -> dict[str, float] | None:
-        """Take back those of ``keys`` that have not started (see
-        :meth:`..dispatch.dispatcher.Dispatcher.withdraw`); None if nobody can be asked."""
-        if self.source.scheduler_lost():
-            return None
-        return self.dispatcher.withdraw(keys)
 
     # -- a worker died ---------------------------------------------------------------------
 

@@ -5,20 +5,19 @@ and must not block; ``check_active_jobs`` and ``sleep`` run on the base class's 
 thread, which starts *before* ``__post_init__`` — so everything they touch is set in
 ``__init__`` before the base class starts that thread. Dask's event thread reports
 finished tasks and dead workers (:class:`..dispatch.dispatcher.Dispatcher`); what becomes
-of them is :class:`.failures.Failures`'; signals are :mod:`.signals`'. One run's parts
-are started, wired and closed by :class:`.run.Run`.
+of them is settled on the dispatch side (:class:`..dispatch.ends.Settler`); signals are
+:mod:`.signals`'. One run is planned, launched, started, wired and closed in :mod:`.run`
+(:class:`.run.PlannedRun`, :class:`.run.WiredRun`).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import shlex
 import sys
 import time
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +28,11 @@ from snakemake_interface_executor_plugins.jobs import JobExecutorInterface
 from ..dispatch.job_commands import requote_job_args
 from ..dispatch.listeners import Listeners
 from ..dispatch.registry import JobRegistry
-from ..dispatch.scheduling import Given, cap_threads_like_cores, tune_job_scheduler
+from ..dispatch.scheduling import Given, tune_job_scheduler
 from ..report.messages import stopped_line
 from ..worker import quick_exit, timing
 from . import signals
+from .say import Say
 from .wakeup import Wakeup
 
 # The run's machinery (the cluster sources, the dispatcher, the failures, the usage
@@ -45,9 +45,8 @@ if TYPE_CHECKING:
     from ..clusters.base import ClusterSource
     from ..clusters.run_dir import RunFiles
     from ..config import RunConfig
-    from ..dispatch.outcomes import Finished, WorkerRef
-    from .failures import Failures
-    from .run import Run
+    from ..dispatch.outcomes import WorkerRef
+    from .run import PlannedRun, WiredRun
 
 #: Fallback interval of the status loop; completions wake it at once.
 STATUS_INTERVAL = 1.0
@@ -56,12 +55,6 @@ STATUS_INTERVAL = 1.0
 #: SETTLE_FROM / STATUS_SETTLE = 400 jobs a second, more than Snakemake's process starts.
 STATUS_SETTLE = 0.02
 SETTLE_FROM = 8
-#: A scheduling round goes to Dask in chunks: one graph update per chunk (and resource
-#: request), sent when it holds CHUNK_JOBS jobs or its first job has waited CHUNK_SECONDS,
-#: so that the first tasks of a large round start at once.
-CHUNK_JOBS = 64
-CHUNK_SECONDS = 0.02
-
 
 #: What makes a job's own Snakemake run it once, whatever its rule's ``retries:``.
 ONE_ATTEMPT = "--preemptible-rules --preemptible-retries 0"
@@ -74,50 +67,34 @@ class Executor(RemoteExecutor):
 
     def __init__(self, workflow: Any, logger: Any) -> None:
         # Set before the base class starts the status thread, which may use them at once.
-        self._run: Run | None = None  # set at once, when every part of it is wired
-        self._registry = JobRegistry()
+        self._run: WiredRun | None = None  # set at once, when every part of it is wired
         self._wakeup = Wakeup(STATUS_SETTLE, lambda: self._registry.in_flight() >= SETTLE_FROM)
         self._closed = False
         self._started = False
-        self._launched: RunFiles | None = None  # the cluster launched, not yet started
-        self._pending_source: ClusterSource | None = None  # planned, not yet started
+        self._planned: PlannedRun | None = None  # planned (launched), not yet started
         self._scheduling = Given(None, "greedy", None)  # what Snakemake runs with
         self._scheduling_tuned = False
         self._listeners = Listeners()
+        self._said = Say.to(logger)  # one line to the user, at a level
         if timing.ON:
             timing.record("init", time.time())
         super().__init__(workflow, logger)
 
-    def _say(self, line: str) -> None:
-        self.logger.info(f"dask-slurm: {line}")
-
-    def _warn(self, line: str) -> None:
-        self.logger.warning(f"dask-slurm: {line}")
-
-    def _error(self, line: str) -> None:
-        self.logger.error(f"dask-slurm: {line}")
-
-    def _debug(self, line: str) -> None:
-        self.logger.debug(f"dask-slurm: {line}")
-
     def __post_init__(self) -> None:
         from .. import snakemake_internals
-        from ..clusters.choose import local_worker_cpus, make_source, run_security
-        from ..clusters.early import EarlyWorkers, worth_starting_early
-        from ..clusters.run_dir import check_run_dir
         from ..config import resolve
         from ..dispatch.job_commands import JobCommandBuilder
-        from ..errors import DaskSlurmError
-        from ..report.usage.write import root_problem
-        from .run import claim, launch
+        from .run import PlannedRun, cap_local_threads, given_cores
 
-        snakemake_internals.install(self._say)
+        snakemake_internals.install(self._said.info)
         snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
         workdir = Path(self.workflow.workdir_init)
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
         log_dir = self.config.run_dir / "logs"
-        self._registry.logs = str(log_dir)
+        # Made here, with its log directory: the status thread and the wake-up read it
+        # only once the run started.
+        self._registry = JobRegistry(logs=str(log_dir))
         self._builder = JobCommandBuilder(
             workflow=self.workflow,
             workdir=str(workdir),
@@ -128,57 +105,15 @@ class Executor(RemoteExecutor):
             run_async=self.workflow.async_run,
             warm=self.config.warm,
         )
-        self._say(f"{self.config.cluster} ({self.config.cluster_reason})")
+        self._said.info(f"{self.config.cluster} ({self.config.cluster_reason})")
         for warning in self.config.warnings:
-            self._warn(warning)
-        check_run_dir(self.config.run_dir)
-        if self.config.usage_report_dir is not None:
-            problem = root_problem(self.config.usage_report_dir)
-            if problem:
-                raise DaskSlurmError(problem)
-        cores = self.workflow.resource_settings.cores
-        given_cores = cores if isinstance(cores, int) and not isinstance(cores, bool) else None
-        self._local_cores: int | None = None
-        if self.config.cluster == "local" and given_cores is None:
-            self._local_cores = local_worker_cpus(self.config)
-            cap_threads_like_cores(self.workflow, self._local_cores)
-            self._say(
-                f"local mode: rules claiming more than {self._local_cores} threads will be "
-                "scaled down (as with --cores)"
-            )
-        # Launched at once when there are jobs to run, so that the Dask processes start
-        # while Snakemake finishes its own start (and this process imports Dask for the
-        # preflight); the first job waits for them. Snakemake calls shutdown() whenever it
-        # schedules; if it fails before that, the exit handler stops them. The workers'
-        # warm processes parse the workflow meanwhile, if a job of it goes the warm way:
-        # in local mode the workers start before the plan for that (clusters/early.py).
-        name = f"dask-slurm-{self._run_token}"
-        if has_jobs(self.workflow):
-            try:
-                prime = self._builder.prime_request(jobs_to_look_at(self.workflow))
-            except Exception:  # the first warm job starts the warm process, as before
-                prime = None
-            files, worker_env = claim(self.config, prime)  # the run directory is this run's
-            early: EarlyWorkers | None = None
-            try:
-                if worth_starting_early(self.config, prime):
-                    security = run_security(self.config, None)
-                    early = EarlyWorkers.start(self.config, security, worker_env)
-                # Planned (settings, allocation) now; launched below (Snakemake never
-                # calls shutdown() for a run with nothing to do).
-                source = make_source(self.config, self.logger, given_cores, name, early)
-            except BaseException:
-                if early is not None:
-                    early.close()
-                files.close()
-                raise
-            self._pending_source = source
-            launch(source, files, worker_env)  # (stops it and releases the files if it fails)
-            self._launched = files
-            atexit.register(self._close_unstarted)
-        else:
-            self._pending_source = make_source(self.config, self.logger, given_cores, name)
-            self._pending_source.preflight()
+            self._said.warn(warning)
+        cores = given_cores(self.workflow)
+        self._local_cores = cap_local_threads(self.config, self.workflow, cores, self._said.info)
+        self._planned = PlannedRun.plan(
+            self.config, self._builder, self.workflow, self.logger, cores,
+            f"dask-slurm-{self._run_token}",
+        )  # fmt: skip
 
     @property
     def cores(self) -> Any:
@@ -206,15 +141,18 @@ class Executor(RemoteExecutor):
 
     # -- the first round: scheduling settings, the cluster -------------------------------
 
-    def _first_round(self) -> None:
-        """Once, on Snakemake's scheduling thread, when the first jobs are handed over."""
-        self._started = True
-        signals.on_sigterm(self._on_sigterm)
-        self._tune_scheduling()
-        source, self._pending_source = self._pending_source, None
-        files, self._launched = self._launched, None
-        if source is not None:
-            self._start(source, files)
+    def _started_run(self) -> WiredRun:
+        """The run; started once, on Snakemake's scheduling thread, when the first jobs
+        are handed over."""
+        if not self._started:
+            self._started = True
+            signals.on_sigterm(self._on_sigterm)
+            self._tune_scheduling()
+            taken = self._planned.take() if self._planned is not None else None
+            if taken is not None:
+                self._run = self._start(*taken)
+        assert self._run is not None
+        return self._run
 
     def _tune_scheduling(self, scheduler: Any = None) -> None:
         """Snakemake's scheduling settings for a farm, once: before its first round
@@ -224,24 +162,26 @@ class Executor(RemoteExecutor):
         self._scheduling_tuned = True
         self._scheduling, line = tune_job_scheduler(self.workflow, sys.argv, scheduler)
         if line:
-            self._say(line)
+            self._said.info(line)
 
-    def _start(self, source: ClusterSource, files: RunFiles | None) -> None:
+    def _start(self, source: ClusterSource, files: RunFiles | None) -> WiredRun:
         from ..dispatch.again import Snakemake
-        from .failures import Say
-        from .run import Hooks, Run
+        from .run import Hooks, WiredRun
 
         hooks = Hooks(
-            say=Say(self._say, self._warn, self._error, self._debug),
+            say=self._said,
             snakemake=Snakemake(
-                self.report_job_success, self.report_job_error, self.workflow.async_run
+                self.report_job_success,
+                self.report_job_error,
+                self.workflow.async_run,
+                self.report_job_submission,
             ),
             wake=self._wakeup.set,
             on_removed=self._on_removed,
             exit_gracefully=self._exit_gracefully,
             key_of=self.job_key,
         )
-        self._run = Run.start(
+        return WiredRun.start(
             source, self.config, self._registry, self._listeners, self._builder, hooks,
             scheduling=self._scheduling, nodes=self.workflow.resource_settings.nodes,
             token=self._run_token, files=files,
@@ -261,46 +201,12 @@ class Executor(RemoteExecutor):
         return f"{kind}-{job.jobid}-a{job.attempt}-{self._run_token}"
 
     def run_jobs(self, jobs: list[JobExecutorInterface]) -> None:
-        """A scheduling round: each job is announced (``run_job_pre``) as Snakemake's
-        default does, and submitted with the other jobs of its chunk."""
-        if not self._started:
-            self._first_round()
-        chunk: list[JobExecutorInterface] = []
-        flush_at = 0.0
-        for job in jobs:
-            self.run_job_pre(job)
-            if timing.ON:
-                timing.record("submit", self.job_key(job), time.time())
-            if not chunk:
-                flush_at = time.monotonic() + CHUNK_SECONDS
-            chunk.append(job)
-            if len(chunk) >= CHUNK_JOBS or time.monotonic() >= flush_at:
-                self._submit_chunk(chunk)
-                chunk = []
-        if chunk:
-            self._submit_chunk(chunk)
+        """A scheduling round, handed over in chunks
+        (:meth:`..dispatch.ends.Submitter.submit_round`)."""
+        self._started_run().submitter.submit_round(jobs, self.run_job_pre)
 
     def run_job(self, job: JobExecutorInterface) -> None:
-        if not self._started:
-            self._first_round()
-        self._submit_chunk([job])
-
-    def _submit_chunk(self, jobs: list[JobExecutorInterface]) -> None:
-        """Admit, build, register and submit ``jobs``; refuse, one by one, those that
-        cannot run."""
-        run = self._run
-        assert run is not None
-        records, refused = run.intake.take(jobs)
-        stopping, lost = self._registry.hand_over(
-            records, self.report_job_submission, run.dispatcher.submit_many
-        )
-        if self._listeners:
-            self._listeners.refused([key for i, _ in stopping if (key := i.external_jobid)])
-            self._listeners.handed_over([r for r in records if self._registry.get(r.key) is r])
-        for job_info, msg in refused + stopping:
-            self.report_job_submission(job_info, register_job=False)
-            self.report_job_error(job_info, msg=msg)
-        run.failures.again.report_refused(lost)
+        self._started_run().submitter.submit([job])
 
     def print_job_error(self, job_info: SubmittedJobInfo, msg: Any = None, **kwargs: Any) -> None:
         # The base class appends "see the cluster/cloud log" to every message; ours
@@ -323,8 +229,8 @@ class Executor(RemoteExecutor):
         keys = self._registry.begin_stop("Snakemake received SIGTERM (e.g. SLURM's time limit)")
         self._registry.quiet(keys)  # one closing message, not one per job
         call_snakemakes_handler()  # Snakemake: schedule nothing more
-        running = self._run.failures.stop_jobs(keys) if self._run is not None else set()
-        self._warn(stopped_line("SIGTERM received", keys, running))
+        running = self._run.stopper.stop_jobs(keys) if self._run is not None else set()
+        self._said.warn(stopped_line("SIGTERM received", keys, running))
 
     # -- completion (the status thread) ----------------------------------------------------
 
@@ -348,19 +254,9 @@ class Executor(RemoteExecutor):
         run = self._run
         if run is not None:
             run.failures.check_cluster()
-            for finished in run.dispatcher.drain():
-                self._ended(run.failures, finished)
+            run.settler.settle_finished()  # each told, routed and carried out by dispatch
         for _ in ():
             yield _
-
-    @staticmethod
-    def _ended(failures: Failures, finished: Finished) -> None:
-        if timing.ON:
-            timing.record("reporting", finished.key, time.time())
-            failures.ended(finished)
-            timing.record("told", finished.key, finished.ok, time.time())
-        else:
-            failures.ended(finished)
 
     # -- ending ------------------------------------------------------------------------------
 
@@ -371,7 +267,7 @@ class Executor(RemoteExecutor):
         if self._run is not None:
             # Kill, and wait (a few seconds at most) for the killed jobs' outcomes: what
             # they ran goes into the usage report, written once the status thread ends.
-            self._run.failures.stop_jobs(keys)
+            self._run.stopper.stop_jobs(keys)
 
     def shutdown(self) -> None:
         began = time.time()
@@ -383,8 +279,7 @@ class Executor(RemoteExecutor):
         finally:
             run = self._run
             if run is not None:  # outcomes the status thread did not drain before it ended
-                for finished in run.dispatcher.drain():
-                    run.failures.tell(finished)
+                run.settler.tell_finished()
             command = shlex.join(sys.argv)
             self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()
@@ -394,38 +289,11 @@ class Executor(RemoteExecutor):
                 timing.record("shutdown", began, time.time())
 
     def close_cluster(self) -> None:
-        """Close the run once (see :meth:`.run.Run.close`), or a cluster launched for a
-        run that never handed a job over (every job ran locally, say)."""
-        self._close_unstarted()
+        """Close the run once (see :meth:`.run.WiredRun.close`), or a cluster launched for
+        a run that never handed a job over (every job ran locally, say)."""
+        if self._planned is not None:
+            self._planned.close()
         if self._closed or self._run is None:
             return
         self._closed = True
-        self._run.close(self._registry, self._say)
-
-    def _close_unstarted(self) -> None:
-        """Stop a cluster launched at the start whose run never started (at shutdown, or
-        at the interpreter's exit when Snakemake failed before its first round)."""
-        atexit.unregister(self._close_unstarted)
-        source, files = self._pending_source, self._launched
-        self._pending_source, self._launched = None, None
-        if files is not None and source is not None:
-            from .run import stop
-
-            stop(source, files)
-
-
-def has_jobs(workflow: Any) -> bool:
-    """Whether Snakemake will schedule jobs: its DAG holds some (Snakemake says "Nothing to
-    be done" and returns before scheduling otherwise, and never calls shutdown()), and this
-    is not a dry run."""
-    dag = getattr(workflow, "dag", None)
-    return dag is not None and bool(len(dag)) and not getattr(workflow, "dryrun", False)
-
-
-def jobs_to_look_at(workflow: Any) -> Iterator[Any]:
-    """Snakemake's jobs to run, the ready ones first, for the warm processes' early parse
-    (its DAG's public ``ready_jobs`` and ``needrun_jobs()``; nothing if they are not there)."""
-    dag: Any = getattr(workflow, "dag", None)
-    with contextlib.suppress(AttributeError, TypeError):
-        yield from dag.ready_jobs
-        yield from dag.needrun_jobs()
+        self._run.close(self._registry, self._said.info)

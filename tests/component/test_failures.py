@@ -1,7 +1,8 @@
 """Every route of a task's end carried out (:func:`...dispatch.routing.route`'s ten), with
-the real :class:`Failures`, :class:`Again`, dispatcher and registry over an in-process Dask
-and a fake cluster source: what Snakemake is told for each. A rerun or a move goes to Dask
-for real as its new task (``-rN``, ``-mN``), whose success is then told. A second or two."""
+the real :class:`Settler`, :class:`Failures` (its cluster side), :class:`Again`, dispatcher
+and registry over an in-process Dask and a fake cluster source: what Snakemake is told for
+each. A rerun or a move goes to Dask for real as its new task (``-rN``, ``-mN``), whose
+success is then told. A second or two."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from snakemake_executor_plugin_dask_slurm.clusters.base import ClusterSource, Growth
 from snakemake_executor_plugin_dask_slurm.clusters.security import PlainTcp
-from snakemake_executor_plugin_dask_slurm.dispatch.again import Snakemake
+from snakemake_executor_plugin_dask_slurm.dispatch import ends as ends_module
+from snakemake_executor_plugin_dask_slurm.dispatch.again import Again, Snakemake
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import Dispatcher
+from snakemake_executor_plugin_dask_slurm.dispatch.ends import Settler
 from snakemake_executor_plugin_dask_slurm.dispatch.listeners import JobListener, Listeners
 from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished, WorkerRef
 from snakemake_executor_plugin_dask_slurm.dispatch.registry import JobRecord, JobRegistry
 from snakemake_executor_plugin_dask_slurm.dispatch.routing import Route
-from snakemake_executor_plugin_dask_slurm.executor import failures as failures_module
 from snakemake_executor_plugin_dask_slurm.executor.failures import Failures, Say
 from snakemake_executor_plugin_dask_slurm.worker.supervisor import Swept
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskOutcome, TaskSpec
@@ -115,7 +117,10 @@ class Told:
         self.lines.append(("failed", info.external_jobid or "", msg))
 
     def snakemake(self) -> Snakemake:
-        return Snakemake(self.succeeded, self.failed, asyncio.run)
+        return Snakemake(self.succeeded, self.failed, asyncio.run, self.submitted)
+
+    def submitted(self, info: SubmittedJobInfo, register_job: bool = True) -> None:
+        pass  # the jobs here are registered by hand (Run.register)
 
 
 class Heard(JobListener):
@@ -141,6 +146,7 @@ class Run:
     registry: JobRegistry
     dispatcher: Dispatcher
     failures: Failures
+    settler: Settler
     told: Told
     heard: Heard
     said: list[str]
@@ -159,15 +165,14 @@ class Run:
         return record
 
     def end(self, finished: Finished) -> None:
-        self.failures.ended(finished)
+        self.settler.settle(finished)
 
     def until_told(self, count: int) -> list[tuple[str, str, str]]:
-        """Snakemake's status loop: what the dispatcher drained goes to ``ended``, until
+        """Snakemake's status loop: what the dispatcher drained is settled, until
         Snakemake was told ``count`` things."""
 
         def enough() -> bool:
-            for finished in self.dispatcher.drain():
-                self.failures.ended(finished)
+            self.settler.settle_finished()
             return len(self.told.lines) >= count
 
         eventually(f"Snakemake told {count} thing(s)", enough, 10, interval=0.01)
@@ -181,17 +186,17 @@ def run(client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
     listeners = Listeners([heard])
     dispatcher = Dispatcher(client, lambda: None, listeners=listeners)
     say = Say(said.append, lambda line: said.append(f"warning: {line}"), said.append)
-    failures = Failures(
-        registry, source, dispatcher, told.snakemake(), 10.0, listeners, say, "detail.log"
-    )
-    handle = Run(source, registry, dispatcher, failures, told, heard, said)
-    real_route = failures_module.route
+    again = Again(registry, dispatcher, told.snakemake(), listeners)
+    failures = Failures(registry, source, dispatcher, again, 10.0, say, "detail.log")
+    settler = Settler(registry, dispatcher, listeners, again, failures)
+    handle = Run(source, registry, dispatcher, failures, settler, told, heard, said)
+    real_route = ends_module.route
 
     def route(finished: Finished, state: Any) -> Route:
         handle.routes.append(real_route(finished, state))
         return handle.routes[-1]
 
-    monkeypatch.setattr(failures_module, "route", route)
+    monkeypatch.setattr(ends_module, "route", route)
     yield handle
     source.workers_stopped.set()
     failures.close()

@@ -206,7 +206,8 @@ def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
         f"assert '{NAME}.executor.plugin' in sys.modules;"
         f"run = sorted(m for m in sys.modules if m.startswith('{NAME}.') and "
         f"(m.split('.')[1] == 'clusters' or m.startswith(('{NAME}.report.usage', "
-        f"'{NAME}.executor.run', '{NAME}.executor.failures', '{NAME}.dispatch.again'))));"
+        f"'{NAME}.executor.run', '{NAME}.executor.failures', '{NAME}.dispatch.again', "
+        f"'{NAME}.dispatch.ends'))));"
         "print(own, dask, run); sys.exit(1 if own or dask or run else 0)"
     )
     done = subprocess.run(
