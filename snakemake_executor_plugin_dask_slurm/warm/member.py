@@ -62,11 +62,11 @@ def run_warm(request: Run, address: str) -> int | None:
     (negative: a signal), or None when it went no warm way (then it never started)."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(address)
     except OSError:
         return None
-    with sock:
+    with sock:  # closed on every way out: the zygote unreachable too
         try:
+            sock.connect(address)
             socket.send_fds(sock, [encode(request)], [0, 1, 2])
         except OSError:
             return None
