@@ -46,7 +46,7 @@ from ..worker import warm_protocol as protocol
 from ..worker.warm_protocol import Inbox, Op, Outbox, Received, encode, hang_bounds
 from . import marker, member, script, script_run, snakemake_side, thread_pools
 from .child import fork_clean, record_signals
-from .children import Children, Script, Server
+from .children import Children, Script, ServerRecord
 from .context import ZygoteContext, listening_address
 from .listener import Connection, Listener
 from .primed import run_server, settle_threads
@@ -116,7 +116,7 @@ class Zygote:
             first = {**first, "_fds": self.tasks.fds(task)}
             run_server(theirs, first, self.context, self.recorder)
         theirs.close()
-        server = Server(pid, mine, key)
+        server = ServerRecord(pid, mine, key)
         if not first.get("prime"):
             server.sent.add(task)
         self.children.add(server)
@@ -183,7 +183,7 @@ class Zygote:
             with contextlib.suppress(OSError):  # that job's process is gone
                 ended.origin.send(protocol.Exited(op=Op.EXITED, key=ended.key, status=code))
 
-    def to_server(self, server: Server, msg: protocol.Run | protocol.Retire) -> None:
+    def to_server(self, server: ServerRecord, msg: protocol.Run | protocol.Retire) -> None:
         fds = self.tasks.fds(str(msg["key"])) if msg["op"] == Op.RUN else []
         with contextlib.suppress(OSError):  # a dead server's EOF settles its jobs
             if fds:
@@ -193,7 +193,7 @@ class Zygote:
 
     # -- from a server ------------------------------------------------------------------------
 
-    def from_server(self, server: Server, msg: Received) -> None:
+    def from_server(self, server: ServerRecord, msg: Received) -> None:
         op, task = msg.get("op"), str(msg.get("key"))
         server.primed, server.asked = True, None  # it answers
         if op == Op.PONG:
@@ -232,19 +232,19 @@ class Zygote:
             if request is not None:
                 self.run(request)
 
-    def retire(self, server: Server) -> None:
+    def retire(self, server: ServerRecord) -> None:
         if not server.retired:
             server.retired = True
             self.forget_server(server)
             self.to_server(server, protocol.Retire(op=Op.RETIRE))
 
-    def forget_server(self, server: Server) -> None:
+    def forget_server(self, server: ServerRecord) -> None:
         """New jobs of its command go to another server."""
         command = self.commands.get(server.key)
         if command is not None and command.server == server.pid:
             command.server = None
 
-    def server_gone(self, server: Server) -> None:
+    def server_gone(self, server: ServerRecord) -> None:
         with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(server.sock)
         server.sock.close()
@@ -356,7 +356,7 @@ class Zygote:
             elif msg.get("op") == Op.EXIT:
                 os._exit(0)
 
-    def read_server(self, server: Server) -> None:
+    def read_server(self, server: ServerRecord) -> None:
         try:
             data = server.sock.recv(1 << 16)
         except OSError:

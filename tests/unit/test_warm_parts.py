@@ -301,7 +301,11 @@ def test_one_reaper_hands_on_ended_scripts_and_keeps_a_servers_end() -> None:
     import time
     import traceback
 
-    from snakemake_executor_plugin_dask_slurm.warm.children import Children, Script, Server
+    from snakemake_executor_plugin_dask_slurm.warm.children import (
+        Children,
+        Script,
+        ServerRecord,
+    )
     from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import Outbox
 
     def child(code: int) -> int:
@@ -314,7 +318,7 @@ def test_one_reaper_hands_on_ended_scripts_and_keeps_a_servers_end() -> None:
         children = Children()
         mine, theirs = socket.socketpair()
         script = Script(child(3), "k/script1-9", "k", Outbox(mine))
-        server = Server(child(5), theirs, "command")
+        server = ServerRecord(child(5), theirs, "command")
         children.add(script)
         children.add(server)
         server.running.add("k")
