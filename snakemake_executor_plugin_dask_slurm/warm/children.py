@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..worker.warm_protocol import Inbox, Outbox
+from ..worker.wire import Cold
 
 if TYPE_CHECKING:
     from resource import struct_rusage
@@ -41,7 +42,8 @@ class ServerRecord:
     #: Task keys sent to it that it has not started yet, and those it runs.
     sent: set[str] = field(default_factory=set)
     running: set[str] = field(default_factory=set)
-    refusal: str | None = None
+    #: Why it cannot parse its command warm (its ``unsupported`` message).
+    refused: Cold | None = None
     #: It said something since it primed: from then on it must answer pings.
     primed: bool = False
     #: When the ping it has not answered yet was sent (None: none outstanding).

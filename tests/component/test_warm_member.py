@@ -15,7 +15,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.warm import member
-from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import Message, Op, Run, encode
+from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import (
+    GoCold,
+    Message,
+    Op,
+    Run,
+    encode,
+)
+from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, Why
 
 pytestmark = pytest.mark.component
 
@@ -67,8 +74,8 @@ def test_an_unreachable_zygote_leaves_no_socket_open() -> None:
 @pytest.mark.parametrize(
     ("answer", "status"),
     [
-        (send({"op": Op.COLD, "key": "k", "reason": "its working directory"}), None),  # type: ignore[typeddict-item]
-        (send({"op": Op.EXITED, "key": "k", "status": 3}), 3),  # type: ignore[typeddict-item]
+        (send(GoCold(op=Op.COLD, key="k", cold=Cold(Why.OTHER_CWD, "/").to_wire())), None),
+        (send({"op": Op.EXITED, "key": "k", "status": 3}), 3),
         (lambda conn: None, None),  # it closed without a word: never started
     ],
 )
