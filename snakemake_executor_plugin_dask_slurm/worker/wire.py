@@ -54,6 +54,8 @@ class Why(StrEnum):
     IMPORT_THREADS = "import-threads"
     SERVER_FAILED = "server-failed"
     SCRIPT_NOT_FORKED = "script-not-forked"
+    MEMBER_COMMAND = "member-command"
+    ZYGOTE_UNREACHABLE = "zygote-unreachable"
     # warm process: add above this line
 
 
@@ -84,6 +86,9 @@ WHY_TEXT: dict[Why, str] = {
     Why.SERVER_FAILED: "the warm process's server for its job command failed",
     # Only between a warm job's process and the zygote: the script alone starts afresh.
     Why.SCRIPT_NOT_FORKED: "its Python script needs an interpreter of its own",
+    # Only in a group job's own process (warm/member.py): its run: or shadow: member spawned.
+    Why.MEMBER_COMMAND: "its group member's spawn command is not one the warm path can run",
+    Why.ZYGOTE_UNREACHABLE: "its group job's process could not reach the warm process",
 }
 
 

@@ -68,21 +68,25 @@ def send(msg: Message) -> Callable[[socket.socket], None]:
 
 def test_an_unreachable_zygote_leaves_no_socket_open() -> None:
     with no_unclosed_socket():
-        assert member.run_warm(REQUEST, address("nobody")) is None
+        found = member.run_warm(REQUEST, address("nobody"))
+    assert isinstance(found, Cold) and found.why is Why.ZYGOTE_UNREACHABLE, found
 
 
 @pytest.mark.parametrize(
     ("answer", "status"),
     [
-        (send(GoCold(op=Op.COLD, key="k", cold=Cold(Why.OTHER_CWD, "/").to_wire())), None),
+        (
+            send(GoCold(op=Op.COLD, key="k", cold=Cold(Why.OTHER_CWD, "/").to_wire())),
+            Cold(Why.OTHER_CWD, "/"),
+        ),
         (send({"op": Op.EXITED, "key": "k", "status": 3}), 3),
-        (lambda conn: None, None),  # it closed without a word: never started
+        (lambda conn: None, Cold(Why.WARM_GONE, "it closed the connection")),  # never started
     ],
 )
 def test_whatever_the_zygote_answers_the_socket_is_closed(
-    answer: Callable[[socket.socket], None], status: int | None
+    answer: Callable[[socket.socket], None], status: int | Cold
 ) -> None:
-    name = address(f"answer-{status}-{id(answer)}")
+    name = address(f"answer-{id(answer)}")
     thread = zygote_answering(name, answer)
     with no_unclosed_socket():
         assert member.run_warm(REQUEST, name) == status

@@ -100,11 +100,16 @@ def test_a_members_request_names_the_group_job_it_is_given() -> None:
 
     command = "cd '/w' && export A='1' && /venv/bin/python -m snakemake --mode 'subprocess'"
     first, second = member.request_for(command, "g"), member.request_for(command, "g")
-    assert first is not None and second is not None
+    assert not isinstance(first, Cold) and not isinstance(second, Cold)
     assert first["marker"] == "g" and first["key"].startswith("g/member")
     assert first["key"] != second["key"] and first["cwd"] == "/w"
     assert ("A", "1") in first["env"] and first["argv"] == ["--mode", "subprocess"]
-    assert member.request_for("python -m snakemake", "g") is None  # no cd: as before
+    no_cd = member.request_for("python -m snakemake", "g")  # spawned as before
+    assert no_cd == Cold(Why.MEMBER_COMMAND, "no `cd DIR &&` before it")
+    found = member.request_for("cd /w && python -m other", "g")
+    assert isinstance(found, Cold) and found.why is Why.MEMBER_COMMAND
+    found = member.request_for("cd /w && python -m snakemake | tee x", "g")
+    assert isinstance(found, Cold) and found.why is Why.MEMBER_COMMAND
 
 
 @pytest.mark.parametrize(
