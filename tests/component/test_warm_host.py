@@ -72,3 +72,29 @@ def test_a_job_of_unknown_pid_never_signals_the_workers_own_group() -> None:
         start_new_session=True,  # were it killpg(0), only this process's group would go
     )  # fmt: skip
     assert done.stdout.strip() == "alive", done
+
+
+def test_a_warm_process_that_could_not_start_sends_every_later_job_cold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its ``failed`` message's reason is the Cold of every later job of the worker; no
+    warm process is started again (the policy's table: tests/unit/test_warm_decisions.py)."""
+    from snakemake_executor_plugin_dask_slurm.worker import warm_host
+    from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec, WarmSpec
+
+    link = zygote_without_process()
+    link.python, link.alive = sys.executable, False
+    link._handle({"op": "failed", "cold": ["internals-changed", "missing: x"]})
+    refused = Cold(Why.INTERNALS_CHANGED, "missing: x")
+    assert link.refused == refused
+
+    def never(*args: object) -> None:
+        raise AssertionError("a warm process started again")
+
+    monkeypatch.setattr(warm_host, "start_zygote", never)
+    host = warm_host.WarmHost()
+    host._link = link
+    warm = WarmSpec(sys.executable, ("--cores", "1"), (), False, "/nonexistent")
+    spec = TaskSpec("k", ("true",), "/", (), "/nonexistent/k.log", None, warm=warm)
+    assert host.start(spec) == refused
+    assert host.start(spec) == refused and host.pids() == set()
