@@ -18,6 +18,7 @@ import pytest
 
 from snakemake_executor_plugin_dask_slurm.warm.tasks import PRIMING
 from snakemake_executor_plugin_dask_slurm.warm.thread_pools import openblas_threads
+from snakemake_executor_plugin_dask_slurm.worker.wire import WHY_TEXT, Why
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
 
 pytestmark = pytest.mark.e2e
@@ -317,7 +318,7 @@ def check_faults(workdir: Path, code: int | None, output: str) -> None:
         assert max(first) < min(second), f"two copies of {victim} ran at once"
         log = next((workdir / ".snakemake/dask-slurm/logs/jobs").glob(f"{victim}.*.log"))
         assert "running it the cold way" in log.read_text(), victim
-    assert "its warm process died while it ran" in output, output
+    assert WHY_TEXT[Why.LOST_WHILE_RUNNING] in output, output  # (its Cold: worker/task.py)
     assert "rule segv" in output and "was killed by signal SIGSEGV" in output, output
     assert (workdir / "out/thread_side.txt").exists(), "the job ended before its thread"
     assert (workdir / "out/threads.txt").exists()

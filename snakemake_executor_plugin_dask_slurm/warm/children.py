@@ -1,7 +1,7 @@
 """The zygote's children in one table, with one reaper (gunicorn's ``Arbiter``: one
 ``WORKERS = {pid: Worker}`` and one ``reap_workers`` loop of ``waitpid(-1, WNOHANG)``).
 
-The zygote forks two kinds of child: a primed server per job command (:class:`Server`,
+The zygote forks two kinds of child: a primed server per job command (:class:`ServerRecord`,
 :mod:`.primed`), and the process of a warm job's Python script (:class:`Script`,
 :mod:`.script_run`). :meth:`Children.reap` waits for every child that ended, whichever
 kind: a script's status and figures are handed on (to its job's process); a server's are
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..worker.warm_protocol import Inbox, Outbox
+from ..worker.wire import Cold
 
 if TYPE_CHECKING:
     from resource import struct_rusage
@@ -29,8 +30,9 @@ SERVER_END_PAUSE = 0.005
 
 
 @dataclass(eq=False)
-class Server:
-    """A primed server: forked for one job command (``key``), it forks that command's jobs."""
+class ServerRecord:
+    """The zygote's record of a primed server (:class:`.primed.Server`, its process):
+    forked for one job command (``key``), it forks that command's jobs."""
 
     pid: int
     sock: socket.socket
@@ -40,7 +42,8 @@ class Server:
     #: Task keys sent to it that it has not started yet, and those it runs.
     sent: set[str] = field(default_factory=set)
     running: set[str] = field(default_factory=set)
-    refusal: str | None = None
+    #: Why it cannot parse its command warm (its ``unsupported`` message).
+    refused: Cold | None = None
     #: It said something since it primed: from then on it must answer pings.
     primed: bool = False
     #: When the ping it has not answered yet was sent (None: none outstanding).
@@ -69,22 +72,22 @@ class Children:
     """Every child of the zygote by pid, and the one reaper."""
 
     def __init__(self) -> None:
-        self.table: dict[int, Server | Script] = {}
+        self.table: dict[int, ServerRecord | Script] = {}
         self._ended: list[Script] = []
 
-    def add(self, child: Server | Script) -> None:
+    def add(self, child: ServerRecord | Script) -> None:
         self.table[child.pid] = child
 
-    def remove(self, child: Server | Script) -> None:
+    def remove(self, child: ServerRecord | Script) -> None:
         if self.table.get(child.pid) is child:
             del self.table[child.pid]
 
-    def servers(self) -> list[Server]:
-        return [c for c in self.table.values() if isinstance(c, Server)]
+    def servers(self) -> list[ServerRecord]:
+        return [c for c in self.table.values() if isinstance(c, ServerRecord)]
 
-    def server(self, pid: int | None) -> Server | None:
+    def server(self, pid: int | None) -> ServerRecord | None:
         found = self.table.get(pid) if pid is not None else None
-        return found if isinstance(found, Server) else None
+        return found if isinstance(found, ServerRecord) else None
 
     def runs(self, task: str) -> bool:
         """Whether a server runs the task ``task``."""
@@ -97,7 +100,7 @@ class Children:
         ended, self._ended = self._ended, []
         return ended
 
-    def server_ended(self, server: Server) -> str:
+    def server_ended(self, server: ServerRecord) -> str:
         """How a server whose socket closed ended, in words, waiting for it briefly."""
         for _ in range(SERVER_END_TRIES):
             self._collect()
@@ -121,9 +124,9 @@ class Children:
                 self._end(found, status, rusage)
 
     def _end(
-        self, child: Server | Script, status: int | None, rusage: struct_rusage | None
+        self, child: ServerRecord | Script, status: int | None, rusage: struct_rusage | None
     ) -> None:
-        if isinstance(child, Server):
+        if isinstance(child, ServerRecord):
             if child.ended is None:
                 child.ended = exit_words(status)
             return

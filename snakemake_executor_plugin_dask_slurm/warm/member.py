@@ -13,7 +13,7 @@ the group process's stdin, stdout and stderr (passed as file descriptors), its
 environment and the ``cd`` directory, as the spawned shell would.
 
 If the zygote says the member cannot go the warm way, or cannot be reached, the member is
-spawned as before.
+spawned as before (:func:`request_for` and :func:`run_warm` say why, as a Cold).
 """
 
 from __future__ import annotations
@@ -26,21 +26,24 @@ from typing import Any, cast
 
 from ..snakemake_internals.local_executor import wrap_spawn_job
 from ..worker.proctree import JOB_MARKER
-from ..worker.warm_protocol import Exited, Inbox, Op, Run, encode
+from ..worker.warm_protocol import Exited, GoCold, Inbox, Op, Run, encode
+from ..worker.wire import Cold, Why
 from .command import Unsplittable, parse_job_command
 
 _count = itertools.count(1)
 
 
-def request_for(command: str, group_key: str) -> Run | None:
+def request_for(command: str, group_key: str) -> Run | Cold:
     """The zygote's request for a member's spawn command in the group job ``group_key``
-    (its processes' marker), or None (spawn it as before)."""
+    (its processes' marker), or why it cannot have one (spawn it as before)."""
     try:
         found = parse_job_command(command)
-    except Unsplittable:
-        return None
-    if found.module != "snakemake" or found.cd is None:
-        return None
+    except Unsplittable as e:
+        return Cold(Why.MEMBER_COMMAND, str(e))
+    if found.module != "snakemake":
+        return Cold(Why.MEMBER_COMMAND, f"it runs {found.module or found.python}")
+    if found.cd is None:
+        return Cold(Why.MEMBER_COMMAND, "no `cd DIR &&` before it")
     env = {k: v for k, v in os.environ.items() if k != JOB_MARKER}
     env.update(dict(found.exports))
     return Run(
@@ -57,19 +60,19 @@ def request_for(command: str, group_key: str) -> Run | None:
     )
 
 
-def run_warm(request: Run, address: str) -> int | None:
+def run_warm(request: Run, address: str) -> int | Cold:
     """Have the zygote (listening at ``address``) run the member; its exit status
-    (negative: a signal), or None when it went no warm way (then it never started)."""
+    (negative: a signal), or why it went no warm way (then it never started)."""
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(address)
-    except OSError:
-        return None
-    with sock:
+    except OSError as e:
+        return Cold(Why.ZYGOTE_UNREACHABLE, f"{type(e).__name__}: {e}")
+    with sock:  # closed on every way out: the zygote unreachable too
         try:
+            sock.connect(address)
             socket.send_fds(sock, [encode(request)], [0, 1, 2])
-        except OSError:
-            return None
+        except OSError as e:
+            return Cold(Why.ZYGOTE_UNREACHABLE, f"{type(e).__name__}: {e}")
         inbox = Inbox()
         started = False
         while True:
@@ -78,13 +81,14 @@ def run_warm(request: Run, address: str) -> int | None:
             except OSError:
                 data = b""
             if not data:  # the zygote died: lost if it had started (the worker reruns all)
-                return 1 if started else None
+                return 1 if started else Cold(Why.WARM_GONE, "it closed the connection")
             for msg in inbox.feed(data):
                 op = msg.get("op")
                 if op == Op.STARTED:
                     started = True
                 elif op == Op.COLD:
-                    return None
+                    found = Cold.from_wire(cast(GoCold, msg).get("cold"))
+                    return found or Cold(Why.SERVER_FAILED, "it did not say why")
                 elif op == Op.EXITED:
                     status = cast(Exited, msg).get("status")
                     return int(status) if isinstance(status, int) else 1
@@ -102,8 +106,8 @@ def install(group_key: str, address: str) -> bool:
         def spawn_job(self: Any, job: Any) -> None:
             cmd = self.format_job_exec(job)
             request = request_for(cmd, group_key)
-            status = run_warm(request, address) if request is not None else None
-            if status is None:
+            status = request if isinstance(request, Cold) else run_warm(request, address)
+            if isinstance(status, Cold):  # (as before: the member spawned, its reason unsaid)
                 return original(self, job)
             log_debug(f"spawned job: {cmd}")
             if status != 0:

@@ -23,7 +23,7 @@ import signal
 import socket
 import sys
 import weakref
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 from ..worker.warm_protocol import (
     Exited,
@@ -38,6 +38,7 @@ from ..worker.warm_protocol import (
     Started,
     Unsupported,
 )
+from ..worker.wire import Cold, Why
 from . import child, member, snakemake_side
 from .context import ZygoteContext
 from .sources import Effect, Fingerprint, Recorder, module_sources
@@ -87,7 +88,7 @@ class Server:
 
     # -- the parse ------------------------------------------------------------------------
 
-    def prime(self) -> str | None:
+    def prime(self) -> Cold | None:
         """Parse the workflow as the first job's command would; why it cannot go the warm
         way, or None."""
         env = {} if self.first.get("full_env") else dict(self.context.base_env)
@@ -101,27 +102,23 @@ class Server:
         try:
             workflow = snakemake_side.prime(list(self.first["argv"]))
         except snakemake_side.NotWarmable as e:
-            return str(e)
+            return Cold(e.why, str(e))
         except (Exception, Effect) as e:
             if self.recorder.effects:
-                return (
-                    f"the workflow's own code changes things while it is parsed "
-                    f"({self.recorder.effects[0]}), which the cold way does again for every job"
-                )
-            return f"parsing the workflow failed: {type(e).__name__}: {e}"
+                return Cold(Why.PARSE_EFFECTS, str(self.recorder.effects[0]))
+            return Cold(Why.PARSE_FAILED, f"{type(e).__name__}: {e}")
         finally:
             self.recorder.stop()
         snakemake_side.quiesce(workflow)
         if self.recorder.effects:
-            return (
-                f"the workflow's own code changes things while it is parsed "
-                f"({self.recorder.effects[0]}), which the cold way does again for every job"
-            )
+            return Cold(Why.PARSE_EFFECTS, str(self.recorder.effects[0]))
         if _atexit_finalizers() - finalizers:
-            return (
-                "the workflow leaves something to be cleaned up at exit when parsed (e.g. a "
-                "temporary directory), which the cold way makes anew for every job"
-            )
+            return Cold(Why.EXIT_HANDLERS, "e.g. a temporary directory, made anew by every job")
+        return self._fingerprint(workflow, modules)
+
+    def _fingerprint(self, workflow: Any, modules: set[str]) -> Cold | None:
+        """After the parse: what it read (a job finds it changed: a new parse), the
+        thread pools sized for the jobs, and the process left single-threaded."""
         sourcecache = workflow.sourcecache
         skip = tuple(
             os.path.join(os.path.abspath(str(p)), "")
@@ -135,15 +132,15 @@ class Server:
         )
         pools = self.context.pools
         if not size_thread_pools(pools, os.environ):
-            return (
-                "its jobs' numpy needs more than one thread, and the warm process's OpenBLAS "
-                f"(loaded with one) cannot be resized here ({pools.unsized[0]}: no thread "
-                "setter this plugin can use, or an OpenMP runtime whose thread count the "
-                "resize would change for every job)"
+            return Cold(
+                Why.BLAS_UNSIZABLE,
+                f"its jobs' numpy needs more than one thread; {pools.unsized[0]}, loaded with "
+                "one, has no thread setter this plugin can use, or is an OpenMP runtime "
+                "whose resize would change every job's",
             )
         threads = settle_threads()  # (the pools' threads, started by the resize, end here)
         if threads > 1:
-            return f"the workflow's imports leave {threads - 1} thread(s) running in the parse"
+            return Cold(Why.THREADS_LEFT, f"{threads - 1} thread(s)")
         gc.collect()
         gc.freeze()  # children then leave the parse's objects (and their pages) alone
         return None
@@ -151,9 +148,9 @@ class Server:
     # -- serving --------------------------------------------------------------------------
 
     def serve(self) -> NoReturn:
-        reason = self.prime()
-        if reason is not None:
-            self._send(Unsupported(op=Op.UNSUPPORTED, reason=reason))
+        refused = self.prime()
+        if refused is not None:
+            self._send(Unsupported(op=Op.UNSUPPORTED, cold=refused.to_wire()))
             os._exit(0)
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
@@ -254,7 +251,7 @@ def run_server(
         Server(sock, first, context, recorder).serve()
     except BaseException as e:
         with contextlib.suppress(Exception):
-            reason = f"{type(e).__name__}: {e}"
-            Outbox(sock).send(Unsupported(op=Op.UNSUPPORTED, reason=reason))
+            failed = Cold(Why.SERVER_FAILED, f"{type(e).__name__}: {e}")
+            Outbox(sock).send(Unsupported(op=Op.UNSUPPORTED, cold=failed.to_wire()))
     finally:
         os._exit(0)

@@ -4,8 +4,8 @@ apart from its sockets and forks, so that it can be tested alone.
 A :class:`Task` lives from its request (the worker's, a group member's or a warm script's)
 until its end is relayed (``exited``, ``cold`` or ``lost``). A job's request goes to the
 primed server of its :class:`Command`: its arguments without the per-job ones, its
-environment and working directory (:func:`command_key`), unless it must go the cold way
-(:func:`why_cold`, :attr:`Command.refused`).
+environment and working directory (:func:`command_key`), unless it must go the cold way:
+:func:`refusal`, the one check of both a job's request and a prime.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 
 from ..worker.proctree import JOB_MARKER
 from ..worker.warm_protocol import Op, Outbox, Prime, Run
+from ..worker.wire import Cold, Why
 from . import marker, snakemake_side
 from .member import close_fds
 
@@ -120,7 +121,7 @@ class Command:
     #: The primed server that takes its new jobs (its pid), if any.
     server: int | None = None
     #: Why its jobs go the cold way (its server said so, or its sources changed too often).
-    refused: str | None = None
+    refused: Cold | None = None
     #: How often its workflow's sources changed during the run.
     stale: int = 0
 
@@ -128,10 +129,7 @@ class Command:
         """Its server found ``path`` changed: after :data:`STALE_LIMIT` times, cold."""
         self.stale += 1
         if self.stale > STALE_LIMIT:
-            self.refused = (
-                f"the workflow's sources changed {self.stale} times during the run (last: "
-                f"{path}): each change costs a new parse"
-            )
+            self.refused = Cold(Why.SOURCES_CHANGED, f"{self.stale} times; last: {path}")
 
 
 #: The key of the request a server is forked with to prime it (no job's), and what the
@@ -157,17 +155,20 @@ def command_key(request: Run, nargs: dict[str, Any]) -> str:
     return json.dumps([argv, env, str(request["cwd"])])
 
 
-def why_cold(request: Run, cwd: str) -> str | None:
-    """Why a job request cannot go to a zygote started in ``cwd``, or None."""
+def refusal(request: Run, command: Command | None, cwd: str) -> Cold | None:
+    """Why a job request (or a prime's, :func:`priming`) of the job command ``command``
+    (None: none seen yet) cannot go to a primed server of a zygote started in ``cwd``, or
+    None. The zygote asks this for every job and every prime, and nothing else."""
     if os.path.realpath(str(request["cwd"])) != os.path.realpath(cwd):
-        return f"its working directory is not the warm process's ({cwd})"
-    if request.get("python") not in (None, sys.executable):
-        return f"its interpreter is not the warm process's ({sys.executable})"
+        return Cold(Why.OTHER_CWD, f"{request['cwd']}; the warm process runs in {cwd}")
+    python = request.get("python")
+    if python not in (None, sys.executable):
+        return Cold(Why.OTHER_PYTHON, f"{python}; the warm process runs {sys.executable}")
     if not marker.fits(str(request.get("marker") or request["key"])):
-        return f"its task key is too long for the {JOB_MARKER} marker of a forked process"
+        return Cold(Why.KEY_TOO_LONG, f"{JOB_MARKER} of a forked process")
     if any(str(k) == JOB_MARKER for k, _ in request["env"]):
-        return f"its environment sets {JOB_MARKER}"
-    return None
+        return Cold(Why.ENV_SETS_MARKER, JOB_MARKER)
+    return command.refused if command is not None else None
 
 
 def _is_usage(usage: Any) -> bool:

@@ -44,7 +44,7 @@ KILLED_STATUSES = frozenset(
 
 class Proc(Protocol):
     """A running job's process: a ``Popen`` started here, or a warm one
-    (:class:`.warm_host.WarmProc`)."""
+    (:class:`.warm_link.WarmProc`)."""
 
     @property
     def pid(self) -> int: ...

@@ -40,8 +40,8 @@ from .running import (
     signal_group,
 )
 from .waiting import Deadline
-from .warm_host import WarmLost, WarmProc
-from .wire import SYSTEM_TMPDIR, JobFailed, TaskOutcome, TaskSpec, TooLate, Usage
+from .warm_link import WarmLost, WarmProc
+from .wire import SYSTEM_TMPDIR, Cold, JobFailed, TaskOutcome, TaskSpec, TooLate, Usage, Why
 
 if TYPE_CHECKING:
     from resource import struct_rusage
@@ -88,7 +88,7 @@ def _popen(spec: TaskSpec) -> subprocess.Popen[bytes]:
     )
 
 
-def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]:
+def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, Cold | None]:
     """Start the job: on the warm path if it can go there, else its command. The process,
     and why a general-way job went the cold way (None: it did not)."""
     landing_at = JOBS.landing_at
@@ -103,7 +103,7 @@ def _start(spec: TaskSpec, host: str, started: float) -> tuple[Proc, str | None]
         if spec.warm is not None:
             make_log_dir(spec.log_path)
             found = warm_host.HOST.start(spec)
-            if isinstance(found, str):
+            if isinstance(found, Cold):
                 cold = found
             else:
                 proc = found
@@ -153,7 +153,7 @@ def _end_lost_job(key: str, pgid: int) -> bool:
 
 def _run_cold_after_loss(
     spec: TaskSpec, proc: WarmProc, reason: str, host: str, started: float
-) -> tuple[int, str, JobLog]:
+) -> tuple[int, Cold, JobLog]:
     """A warm job whose warm process died: end what is left of it, then run it again, in
     place, the cold way (whose own job preparation removes what the first try wrote)."""
     if not _end_lost_job(spec.key, proc.pid):
@@ -167,8 +167,9 @@ def _run_cold_after_loss(
     # ended its warm process ends the worker too).
     stopped = JOBS.is_stopped(spec.key) or JOBS.closing
     log = JobLog(spec.log_path, append=True)
+    lost = Cold(Why.LOST_WHILE_RUNNING, reason)
     if stopped:
-        return -signal.SIGKILL, f"lost with its warm process: {reason}", log
+        return -signal.SIGKILL, lost, log
     note = f"\ndask-slurm: {reason}; its processes are gone: running it the cold way\n"
     log.write(note.encode())
     cold = _popen(spec)
@@ -180,7 +181,7 @@ def _run_cold_after_loss(
     finally:
         signal_group(cold, signal.SIGKILL)
         drain(cold.stdout, log)
-    return returncode, f"its warm process died while it ran ({reason}): run again", log
+    return returncode, lost, log
 
 
 def run_task(spec: TaskSpec) -> TaskOutcome:
@@ -311,23 +312,32 @@ def run_and_report(spec: TaskSpec) -> None:
         done, usage = run_measured(spec, str(worker.name))
         # How long it ran: the plugin learns each rule's durations (walltime placement).
         msg = {"key": spec.key, "ok": True, "seconds": done.finished - done.started}
-        if done.cold is not None:
-            msg["cold"] = done.cold
+        cold = done.cold
     except JobFailed as e:
-        msg = {"key": spec.key, "ok": False, "outcome": dataclasses.asdict(e.outcome)}
-        usage = e.usage
+        msg = {"key": spec.key, "ok": False, "outcome": _outcome_wire(e.outcome)}
+        usage, cold = e.usage, e.outcome.cold
     except TooLate as e:  # never started: the plugin hands it over again
         msg = {"key": spec.key, "ok": False, "too_late": str(e)}
-        usage = None
+        usage, cold = None, None
     except BaseException as e:  # a bug, or the worker closing under the job
         msg = {"key": spec.key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
-        usage = None
+        usage, cold = None, None
+    if cold is not None:  # a general-way job that went the cold way: why (Cold.from_wire)
+        msg["cold"] = cold.to_wire()
     if usage is not None:
         msg["usage"] = usage.to_wire()
     if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
         # Not "worker": the scheduler sets that key of a worker's event to its address.
         msg.update(worker_name=str(worker.name), worker_pid=os.getpid())
     worker.log_event(EVENT_TOPIC, msg)
+
+
+def _outcome_wire(outcome: TaskOutcome) -> dict[str, Any]:
+    """A failed job's outcome for its event: plain values (``TaskOutcome(**it)`` again);
+    its :class:`.wire.Cold` travels beside it, as ``msg["cold"]``."""
+    found = {f.name: getattr(outcome, f.name) for f in dataclasses.fields(outcome)}
+    del found["cold"]
+    return found
 
 
 def kill_tasks(keys: list[str], grace: float = KILL_GRACE_SECONDS) -> list[str]:

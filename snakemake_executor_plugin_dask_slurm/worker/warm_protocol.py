@@ -9,14 +9,15 @@ blocking, from a selector).
 Every operation is one member of :class:`Op` (the wire carries its string), and every
 message one ``TypedDict`` below, which both sides import: they build messages with it and
 read a message as it once its ``op`` is known (the wire is JSON: readers still read with
-``.get`` what they do not rely on).
+``.get`` what they do not rely on). A reason a job goes the cold way travels as a
+:class:`.wire.Cold`'s wire form (``cold: [why, detail]``), never as prose.
 
 - Worker -> warm process: :class:`Run` (one job), :class:`Prime` (parse a job command
   before its first job; nothing is answered), :class:`Exit` (the worker is closing),
   :class:`Ping` (answer :class:`Pong` with the same ``n``; see :func:`hang_bounds`).
 - Warm process -> worker: :class:`Ready` or :class:`Failed` (once, at start),
   :class:`Started` (the job's process runs, leading its own group), :class:`Exited` (it
-  ended), :class:`Cold` (it was not started: run it the cold way), :class:`Lost` (the
+  ended), :class:`GoCold` (it was not started: run it the cold way), :class:`Lost` (the
   warm process that ran it died; its processes may still run: the worker ends them, then
   runs it the cold way), :class:`Pong`.
 - The zygote and a primed server (warm/primed.py): :class:`Run` and :class:`Ping` as
@@ -135,9 +136,16 @@ class Ready(TypedDict):
     seconds: float
 
 
+#: A :class:`.wire.Cold` as the wire carries it (``Cold.to_wire()``: ``[why, detail]``).
+ColdWire = list[str]
+
+
 class Failed(TypedDict):
+    """The zygote could not start: why (``{"op": "failed", "cold": ["internals-changed",
+    "Snakemake 9.1's internals ..."]}``); every later job of its worker goes cold."""
+
     op: Literal[Op.FAILED]
-    reason: str
+    cold: ColdWire
 
 
 class Started(TypedDict):
@@ -157,10 +165,13 @@ class Exited(TypedDict):
     usage: NotRequired[Sequence[float] | None]
 
 
-class Cold(TypedDict):
+class GoCold(TypedDict):
+    """The job was not started: run it the cold way, for this reason
+    (``{"op": "cold", "key": "k", "cold": ["other-cwd", "/w"]}``)."""
+
     op: Literal[Op.COLD]
     key: str
-    reason: str
+    cold: ColdWire
 
 
 class Lost(TypedDict):
@@ -181,17 +192,19 @@ class Stale(TypedDict):
 
 
 class Unsupported(TypedDict):
+    """A primed server cannot parse its job command warm: why (its jobs go cold)."""
+
     op: Literal[Op.UNSUPPORTED]
-    reason: str
+    cold: ColdWire
 
 
 #: Any message of the protocol.
 Message = (
-    Run | RunScript | Exit | Ping | Pong | Ready | Failed | Started | Exited | Cold | Lost
+    Run | RunScript | Exit | Ping | Pong | Ready | Failed | Started | Exited | GoCold | Lost
     | Retire | Stale | Unsupported | Prime
 )  # fmt: skip
 #: The warm side's messages about one job (each carries its key).
-JobMessage = Started | Exited | Cold | Lost
+JobMessage = Started | Exited | GoCold | Lost
 #: A message as it comes off the wire (JSON), before its ``op`` is looked at.
 Received = dict[str, Any]
 

@@ -30,10 +30,11 @@ class Why(StrEnum):
     NOT_SNAKEMAKE = "not-snakemake"
     # main side: add above this line
 
-    # Decided on the worker (worker/warm_host.py, worker/task.py).
+    # Decided on the worker (worker/warm_host.py, worker/warm_link.py, worker/task.py).
     CANNOT_START = "cannot-start"
     DIED_TOO_OFTEN = "died-too-often"
     LOST_WHILE_RUNNING = "lost-while-running"
+    WARM_GONE = "warm-gone"
     # worker: add above this line
 
     # Decided in the warm process and its primed servers (warm/).
@@ -49,6 +50,12 @@ class Why(StrEnum):
     BLAS_UNSIZABLE = "blas-unsizable"
     NO_SOURCE_CACHE = "no-source-cache"
     INTERNALS_CHANGED = "internals-changed"
+    NO_MARKER_SLOT = "no-marker-slot"
+    IMPORT_THREADS = "import-threads"
+    SERVER_FAILED = "server-failed"
+    SCRIPT_NOT_FORKED = "script-not-forked"
+    MEMBER_COMMAND = "member-command"
+    ZYGOTE_UNREACHABLE = "zygote-unreachable"
     # warm process: add above this line
 
 
@@ -61,11 +68,12 @@ WHY_TEXT: dict[Why, str] = {
     Why.CANNOT_START: "the worker's warm process could not start",
     Why.DIED_TOO_OFTEN: "the worker's warm process died too often",
     Why.LOST_WHILE_RUNNING: "the warm process running it died; its processes were ended first",
+    Why.WARM_GONE: "the worker's warm process had just ended when it came",
     Why.OTHER_CWD: "it runs in another working directory than the warm process",
     Why.OTHER_PYTHON: "it runs another Python interpreter than the warm process",
-    Why.KEY_TOO_LONG: "its command is too long for the warm path's marker",
+    Why.KEY_TOO_LONG: "its task key is too long for the warm path's marker",
     Why.ENV_SETS_MARKER: "its environment sets the warm path's own marker variable",
-    Why.SOURCES_CHANGED: "the workflow's sources changed too often while it ran",
+    Why.SOURCES_CHANGED: "the workflow's sources changed too often during the run",
     Why.PARSE_EFFECTS: "parsing the workflow has effects the cold way repeats for every job",
     Why.EXIT_HANDLERS: "parsing the workflow registers exit handlers",
     Why.PARSE_FAILED: "the warm process could not parse the workflow",
@@ -73,6 +81,14 @@ WHY_TEXT: dict[Why, str] = {
     Why.BLAS_UNSIZABLE: "its BLAS or OpenMP thread pools cannot be sized per job",
     Why.NO_SOURCE_CACHE: "its job command has no runtime source cache",
     Why.INTERNALS_CHANGED: "this Snakemake's internals differ from those the warm path knows",
+    Why.NO_MARKER_SLOT: "the warm process has no slot for a job's marker in its environment",
+    Why.IMPORT_THREADS: "importing Snakemake and its plugins leaves threads running",
+    Why.SERVER_FAILED: "the warm process's server for its job command failed",
+    # Only between a warm job's process and the zygote: the script alone starts afresh.
+    Why.SCRIPT_NOT_FORKED: "its Python script needs an interpreter of its own",
+    # Only in a group job's own process (warm/member.py): its run: or shadow: member spawned.
+    Why.MEMBER_COMMAND: "its group member's spawn command is not one the warm path can run",
+    Why.ZYGOTE_UNREACHABLE: "its group job's process could not reach the warm process",
 }
 
 
@@ -137,7 +153,7 @@ class TaskSpec:
     #: A general-way job: how the warm path runs it (None: it cannot, see ``cold``).
     warm: WarmSpec | None = None
     #: A general-way job that goes the cold way (``argv``): why.
-    cold: str | None = None
+    cold: Cold | None = None
     #: Seconds it must have before its worker's landing point to start there (its expected
     #: duration and the runtime margin; None: unknown, it may start until the landing
     #: point): see :func:`.clock.too_late`.
@@ -154,7 +170,7 @@ class TaskOutcome:
     finished: float
     tail: str  # the end of the job's log when it failed, else ""
     start_error: str | None = None  # the command could not be started at all
-    cold: str | None = None  # a general-way job that ran the cold way: why
+    cold: Cold | None = None  # a general-way job that ran the cold way: why
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,38 +10,43 @@ import threading
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.worker import warm_host
-from snakemake_executor_plugin_dask_slurm.worker.warm_host import WarmLost, WarmProc, _Pending
+from snakemake_executor_plugin_dask_slurm.worker.warm_link import (
+    Pending,
+    WarmLost,
+    WarmProc,
+    ZygoteLink,
+)
+from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, Why
 
 pytestmark = pytest.mark.component
 
 
-def zygote_without_process() -> warm_host._Zygote:
+def zygote_without_process() -> ZygoteLink:
     """The message handler of a warm host, without starting a warm process."""
-    found = object.__new__(warm_host._Zygote)
+    found = object.__new__(ZygoteLink)
     found._lock = threading.Lock()
-    found.pending, found.running, found.failed = {}, {}, None
+    found.pending, found.running, found.refused, found.how = {}, {}, None, None
     found._heard, found.ready = threading.Event(), False
     return found
 
 
 def test_a_job_lost_before_it_said_it_started_is_lost_not_cold() -> None:
     zygote = zygote_without_process()
-    zygote.pending["k"] = pending = _Pending()
+    zygote.pending["k"] = pending = Pending()
     zygote._handle({"op": "lost", "key": "k", "reason": "its warm server died"})
     proc = pending.result
     assert isinstance(proc, WarmProc) and proc.pid == 0  # pid unknown
     with pytest.raises(WarmLost, match="its warm server died"):
         proc.wait()
     # cold is only what the warm side says it never started
-    zygote.pending["c"] = cold = _Pending()
-    zygote._handle({"op": "cold", "key": "c", "reason": "refused"})
-    assert cold.result == "refused"
+    zygote.pending["c"] = cold = Pending()
+    zygote._handle({"op": "cold", "key": "c", "cold": ["other-cwd", "/w"]})
+    assert cold.result == Cold(Why.OTHER_CWD, "/w")
 
 
 def test_started_and_exited_reach_the_waiting_job() -> None:
     zygote = zygote_without_process()
-    zygote.pending["k"] = pending = _Pending()
+    zygote.pending["k"] = pending = Pending()
     zygote._handle({"op": "started", "key": "k", "pid": 4242})
     proc = pending.result
     assert isinstance(proc, WarmProc) and proc.pid == 4242 and proc.poll() is None
@@ -52,7 +57,7 @@ def test_started_and_exited_reach_the_waiting_job() -> None:
 UNKNOWN_PID = """
 import signal
 from snakemake_executor_plugin_dask_slurm.worker import proctree, running
-from snakemake_executor_plugin_dask_slurm.worker.warm_host import WarmProc
+from snakemake_executor_plugin_dask_slurm.worker.warm_link import WarmProc
 proc = WarmProc("k", 0)
 running.signal_group(proc, signal.SIGKILL)
 proctree.signal_group(0, signal.SIGKILL)
@@ -67,3 +72,29 @@ def test_a_job_of_unknown_pid_never_signals_the_workers_own_group() -> None:
         start_new_session=True,  # were it killpg(0), only this process's group would go
     )  # fmt: skip
     assert done.stdout.strip() == "alive", done
+
+
+def test_a_warm_process_that_could_not_start_sends_every_later_job_cold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its ``failed`` message's reason is the Cold of every later job of the worker; no
+    warm process is started again (the policy's table: tests/unit/test_warm_decisions.py)."""
+    from snakemake_executor_plugin_dask_slurm.worker import warm_host
+    from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec, WarmSpec
+
+    link = zygote_without_process()
+    link.python, link.alive = sys.executable, False
+    link._handle({"op": "failed", "cold": ["internals-changed", "missing: x"]})
+    refused = Cold(Why.INTERNALS_CHANGED, "missing: x")
+    assert link.refused == refused
+
+    def never(*args: object) -> None:
+        raise AssertionError("a warm process started again")
+
+    monkeypatch.setattr(warm_host, "start_zygote", never)
+    host = warm_host.WarmHost()
+    host._link = link
+    warm = WarmSpec(sys.executable, ("--cores", "1"), (), False, "/nonexistent")
+    spec = TaskSpec("k", ("true",), "/", (), "/nonexistent/k.log", None, warm=warm)
+    assert host.start(spec) == refused
+    assert host.start(spec) == refused and host.pids() == set()

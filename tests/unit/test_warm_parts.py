@@ -21,6 +21,7 @@ from snakemake_executor_plugin_dask_slurm.warm.command import (
     split_words,
 )
 from snakemake_executor_plugin_dask_slurm.warm.sources import Fingerprint, stamp
+from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, Why
 
 pytestmark = pytest.mark.unit
 
@@ -99,11 +100,16 @@ def test_a_members_request_names_the_group_job_it_is_given() -> None:
 
     command = "cd '/w' && export A='1' && /venv/bin/python -m snakemake --mode 'subprocess'"
     first, second = member.request_for(command, "g"), member.request_for(command, "g")
-    assert first is not None and second is not None
+    assert not isinstance(first, Cold) and not isinstance(second, Cold)
     assert first["marker"] == "g" and first["key"].startswith("g/member")
     assert first["key"] != second["key"] and first["cwd"] == "/w"
     assert ("A", "1") in first["env"] and first["argv"] == ["--mode", "subprocess"]
-    assert member.request_for("python -m snakemake", "g") is None  # no cd: as before
+    no_cd = member.request_for("python -m snakemake", "g")  # spawned as before
+    assert no_cd == Cold(Why.MEMBER_COMMAND, "no `cd DIR &&` before it")
+    found = member.request_for("cd /w && python -m other", "g")
+    assert isinstance(found, Cold) and found.why is Why.MEMBER_COMMAND
+    found = member.request_for("cd /w && python -m snakemake | tee x", "g")
+    assert isinstance(found, Cold) and found.why is Why.MEMBER_COMMAND
 
 
 @pytest.mark.parametrize(
@@ -265,9 +271,8 @@ def test_a_command_whose_sources_keep_changing_goes_cold() -> None:
         command.changed("/w/config.yaml")
     assert command.refused is None and command.stale == STALE_LIMIT
     command.changed("/w/config.yaml")
-    assert command.refused == (
-        f"the workflow's sources changed {STALE_LIMIT + 1} times during the run (last: "
-        "/w/config.yaml): each change costs a new parse"
+    assert command.refused == Cold(
+        Why.SOURCES_CHANGED, f"{STALE_LIMIT + 1} times; last: /w/config.yaml"
     )
 
 
@@ -276,18 +281,21 @@ def test_a_request_goes_cold_from_another_directory_interpreter_or_with_a_marker
 ) -> None:
     import sys
 
-    from snakemake_executor_plugin_dask_slurm.warm.tasks import command_key, why_cold
+    from snakemake_executor_plugin_dask_slurm.warm.tasks import command_key, refusal
 
     request = {"key": "k", "argv": ["--cores", "2", "--attempt", "1"], "env": [], "cwd": "."}
-    assert why_cold(dict(request, cwd=str(tmp_path)), str(tmp_path)) is None
-    assert why_cold(dict(request, cwd=str(tmp_path), python=sys.executable), str(tmp_path)) is None
-    assert "working directory" in str(why_cold(request, str(tmp_path)))
-    found = why_cold(dict(request, cwd=str(tmp_path), python="/other/python"), str(tmp_path))
-    assert "interpreter" in str(found)
-    found = why_cold(dict(request, cwd=str(tmp_path), key="k" * 600), str(tmp_path))
-    assert "too long" in str(found)
-    found = why_cold(dict(request, cwd=str(tmp_path), env=[["DASK_SLURM_JOB", "x"]]), str(tmp_path))
-    assert found == "its environment sets DASK_SLURM_JOB"
+    here = str(tmp_path)
+    assert refusal(dict(request, cwd=here), None, here) is None
+    assert refusal(dict(request, cwd=here, python=sys.executable), None, here) is None
+    assert refusal(request, None, here) == Cold(
+        Why.OTHER_CWD, f".; the warm process runs in {here}"
+    )
+    found = refusal(dict(request, cwd=here, python="/other/python"), None, here)
+    assert found == Cold(Why.OTHER_PYTHON, f"/other/python; the warm process runs {sys.executable}")
+    found = refusal(dict(request, cwd=here, key="k" * 600), None, here)
+    assert found is not None and found.why is Why.KEY_TOO_LONG
+    found = refusal(dict(request, cwd=here, env=[["DASK_SLURM_JOB", "x"]]), None, here)
+    assert found == Cold(Why.ENV_SETS_MARKER, "DASK_SLURM_JOB")
     again = dict(request, key="other", argv=["--cores", "2", "--attempt", "2"])
     assert command_key(again, NARGS) == command_key(request, NARGS)
     assert command_key(dict(request, env=[["A", "1"]]), NARGS) != command_key(request, NARGS)
@@ -301,7 +309,11 @@ def test_one_reaper_hands_on_ended_scripts_and_keeps_a_servers_end() -> None:
     import time
     import traceback
 
-    from snakemake_executor_plugin_dask_slurm.warm.children import Children, Script, Server
+    from snakemake_executor_plugin_dask_slurm.warm.children import (
+        Children,
+        Script,
+        ServerRecord,
+    )
     from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import Outbox
 
     def child(code: int) -> int:
@@ -314,7 +326,7 @@ def test_one_reaper_hands_on_ended_scripts_and_keeps_a_servers_end() -> None:
         children = Children()
         mine, theirs = socket.socketpair()
         script = Script(child(3), "k/script1-9", "k", Outbox(mine))
-        server = Server(child(5), theirs, "command")
+        server = ServerRecord(child(5), theirs, "command")
         children.add(script)
         children.add(server)
         server.running.add("k")
