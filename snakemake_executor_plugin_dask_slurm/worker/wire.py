@@ -137,7 +137,7 @@ class TaskSpec:
     #: A general-way job: how the warm path runs it (None: it cannot, see ``cold``).
     warm: WarmSpec | None = None
     #: A general-way job that goes the cold way (``argv``): why.
-    cold: str | None = None
+    cold: Cold | None = None
     #: Seconds it must have before its worker's landing point to start there (its expected
     #: duration and the runtime margin; None: unknown, it may start until the landing
     #: point): see :func:`.clock.too_late`.
@@ -154,7 +154,7 @@ class TaskOutcome:
     finished: float
     tail: str  # the end of the job's log when it failed, else ""
     start_error: str | None = None  # the command could not be started at all
-    cold: str | None = None  # a general-way job that ran the cold way: why
+    cold: Cold | None = None  # a general-way job that ran the cold way: why
 
 
 @dataclass(frozen=True, slots=True)
