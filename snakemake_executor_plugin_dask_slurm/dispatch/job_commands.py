@@ -33,6 +33,7 @@ from typing import Any
 from snakemake.logging import logger
 
 from ..report.detail import detail
+from ..report.usage.rows import Way
 from ..snakemake_internals import deployment
 from ..snakemake_internals.shell import wrapper as shell_wrapper
 from ..warm.command import JobCommand, Unsplittable
@@ -98,7 +99,7 @@ def warm_spec(
 
 #: A built job: its spec and way ("direct", "warm" or "cold", as chosen here: the worker
 #: may still send a warm job cold), or why it could not be built.
-Built = tuple[TaskSpec, str] | Exception
+Built = tuple[TaskSpec, Way] | Exception
 
 
 @dataclass
@@ -243,7 +244,7 @@ class JobCommandBuilder:
                     built[index] = error if isinstance(error, Exception) else RuntimeError(error)
         return built
 
-    def _draft(self, job: Any, key: str, needs: float | None = None) -> tuple[TaskSpec, str]:
+    def _draft(self, job: Any, key: str, needs: float | None = None) -> tuple[TaskSpec, Way]:
         """The spec and way of ``job``, before a direct-way job is prepared."""
         chosen = self.choose(job, job.is_group())
         if chosen.draft is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from ..report.usage.rows import Way
 from ..warm.command import JobCommand, Unsplittable
 from ..worker.wire import Cold, Why
 from .direct_way import NotDirect
@@ -129,6 +130,6 @@ class Chosen(NamedTuple):
     found: JobCommand | Unsplittable | None = None
 
 
-def way_name(way: Direct | Warm | Cold) -> str:
+def way_name(way: Direct | Warm | Cold) -> Way:
     """``"direct"``, ``"warm"`` or ``"cold"``: the way as the usage report names it."""
     return "direct" if isinstance(way, Direct) else "warm" if isinstance(way, Warm) else "cold"

@@ -29,6 +29,13 @@ def mb_of_kib(kib: float) -> float:
 
 OUTCOMES: tuple[Outcome, ...] = ("done", "failed", "lost", "stopped", "not-started")
 
+#: How an attempt ran: its command on the worker (direct), or Snakemake's job command in a
+#: process forked from one that has the workflow parsed (warm) or in a fresh Snakemake
+#: (cold).
+Way = Literal["direct", "warm", "cold"]
+
+WAYS: tuple[Way, ...] = ("direct", "warm", "cold")
+
 
 @dataclass(frozen=True, slots=True)
 class Handover:
@@ -38,7 +45,10 @@ class Handover:
     rule: str  # the rule's name; a group job's is "group <name>"
     jobid: int | str  # Snakemake's job id (a group job's is a uuid)
     attempt: int  # Snakemake's attempt (retries)
-    way: str  # "direct" (the command on the worker) or "general" (Snakemake's job command)
+    #: "direct" (the command on the worker), "warm" or "cold" (Snakemake's job command, in
+    #: a process forked from a parsed workflow or a fresh Snakemake), as the job was built;
+    #: a warm job that ran cold after all says so in :attr:`Ended.cold`.
+    way: Way
     threads: int
     mem_mb: float | None  # None: the job asked for no memory
     runtime_min: float | None  # Snakemake's ``runtime`` resource, minutes; None: not set
@@ -68,6 +78,8 @@ class Ended(NamedTuple):
     lost_on: str | None = None
     #: The run was stopping it (landing, SIGTERM, Ctrl-C, a broken cluster): why.
     stop: str | None = None
+    #: It ran the cold way (a fresh Snakemake), as its worker said.
+    cold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +121,7 @@ class Attempt(NamedTuple):
     jobid: int | str
     attempt: int
     rerun: int
-    way: str
+    way: Way
     wildcards: str
     group: bool
     threads: int
