@@ -33,11 +33,10 @@ from typing import Any
 from snakemake.logging import logger
 
 from ..report.detail import detail
-from ..report.usage.rows import Way
 from ..snakemake_internals import deployment
 from ..snakemake_internals.shell import wrapper as shell_wrapper
 from ..warm.command import JobCommand, Unsplittable
-from ..worker.wire import Cold, TaskSpec, WarmSpec, Why
+from ..worker.wire import Cold, TaskSpec, WarmSpec, Way, Why
 from .direct_command import (
     job_facts,
     job_tmpdir,

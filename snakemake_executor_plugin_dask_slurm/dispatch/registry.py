@@ -21,8 +21,7 @@ from typing import Any
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from ..report.messages import job_label
-from ..report.usage.rows import Way
-from ..worker.wire import TaskSpec
+from ..worker.wire import TaskSpec, Way
 from .outcomes import SubmitFailed
 
 

@@ -18,9 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from ..report.usage.rows import Way
 from ..warm.command import JobCommand, Unsplittable
-from ..worker.wire import Cold, Why
+from ..worker.wire import Cold, Way, Why
 from .direct_way import NotDirect
 from .group_runner import MODULE as GROUP_RUNNER
 

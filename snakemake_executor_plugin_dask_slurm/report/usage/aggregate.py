@@ -20,7 +20,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .rows import WAYS, Attempt, RunFacts, WorkerSpan, worker_job_of
+from ...worker.wire import WAYS
+from .rows import Attempt, RunFacts, WorkerSpan, worker_job_of
 from .suggest import CORES_PERCENTILE, Suggestion, suggest
 
 #: A rule's jobs "vary widely" in wall time when the longest took this many times the

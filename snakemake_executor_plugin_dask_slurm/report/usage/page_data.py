@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from ...worker.wire import WAYS
 from .aggregate import Allocation, RuleStats, worker_job_label
 from .over_time import series
-from .rows import OUTCOMES, WAYS, Attempt, RunFacts, WorkerSpan
+from .rows import OUTCOMES, Attempt, RunFacts, WorkerSpan
 from .suggest import duration
 from .words import JOBS_FILE, PROFILE_FILE, RULES_FILE, cpu_time, offender_line
 

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from ...worker.wire import Usage
+from ...worker.wire import Usage, Way
 
 #: How an attempt ended, in the report's words:
 #: done: it succeeded; failed: its command failed (or it could not be started);
@@ -28,13 +28,6 @@ def mb_of_kib(kib: float) -> float:
 
 
 OUTCOMES: tuple[Outcome, ...] = ("done", "failed", "lost", "stopped", "not-started")
-
-#: How an attempt ran: its command on the worker (direct), or Snakemake's job command in a
-#: process forked from one that has the workflow parsed (warm) or in a fresh Snakemake
-#: (cold).
-Way = Literal["direct", "warm", "cold"]
-
-WAYS: tuple[Way, ...] = ("direct", "warm", "cold")
 
 
 @dataclass(frozen=True, slots=True)
