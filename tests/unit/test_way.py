@@ -100,7 +100,7 @@ def test_the_ways_names_are_the_usage_reports() -> None:
 def job(rule: str, group: str | None = None, local: bool = False) -> Any:
     return SimpleNamespace(
         rule=SimpleNamespace(name=rule), name=rule, rules=[rule], group=group, is_local=local,
-        is_group=lambda: False, priority=0, attempt=1,
+        is_group=lambda: False, priority=0, attempt=1, threads=1,
         logfile_suggestion=lambda root: f"{root}{rule}.log",
     )  # fmt: skip
 
@@ -166,3 +166,29 @@ def test_no_prime_request_without_the_warm_path(monkeypatch: pytest.MonkeyPatch)
     assert made.prime_request([job("s")]) is None
     spec, way = made._draft(job("s"), "k")
     assert way == "cold" and spec.cold == Cold(Why.WARM_OFF) and spec.warm is None
+
+
+def test_the_detail_log_says_once_per_rule_why_not_direct_and_warm_or_cold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import logging
+
+    from snakemake_executor_plugin_dask_slurm.report.detail import detail
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    detail.addHandler(handler)
+    monkeypatch.setattr(detail, "level", logging.INFO)
+    try:
+        made = builder(monkeypatch, {"s": SHADOW, "c": SHADOW}, {"t": TMPDIR}, {"c": "conda:"})
+        for name in ("thin", "s", "s", "t", "c", "c"):
+            made._draft(job(name), "k")
+    finally:
+        detail.removeHandler(handler)
+    assert lines == [
+        "s: the general way (shadow:, benchmark:), warm",
+        "t: the general way (uses {resources.tmpdir}), warm",
+        "c: the general way (shadow:, benchmark:), cold: "
+        "its rule uses conda, a container or another software deployment (conda:)",
+    ]
