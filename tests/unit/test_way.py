@@ -179,13 +179,15 @@ def test_the_detail_log_says_once_per_rule_why_not_direct_and_warm_or_cold(
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
     detail.addHandler(handler)
-    monkeypatch.setattr(detail, "level", logging.INFO)
+    level = detail.level
+    detail.setLevel(logging.INFO)  # (setLevel: the logger caches whether it is enabled)
     try:
         made = builder(monkeypatch, {"s": SHADOW, "c": SHADOW}, {"t": TMPDIR}, {"c": "conda:"})
         for name in ("thin", "s", "s", "t", "c", "c"):
             made._draft(job(name), "k")
     finally:
         detail.removeHandler(handler)
+        detail.setLevel(level)
     assert lines == [
         "s: the general way (shadow:, benchmark:), warm",
         "t: the general way (uses {resources.tmpdir}), warm",
