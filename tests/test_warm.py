@@ -115,7 +115,8 @@ def test_every_kind_of_job_gives_the_same_results_warm_cold_and_locally(
     assert metadata(tmp_path / "warm") == metadata(tmp_path / "cold")
     # the warm run went the warm way; the cold one says why it did not
     assert "went the cold way" not in said["warm"], said["warm"]
-    assert "because the warm path is off (--dask-slurm-no-warm)" in said["cold"], said["cold"]
+    off = "because the warm path is turned off (--dask-slurm-no-warm)"
+    assert off in said["cold"], said["cold"]
     warm_logs = list((tmp_path / "warm/.snakemake/dask-slurm/logs").glob("warm-*.log"))
     assert warm_logs
     # every worker's warm process parsed the workflow at the worker's start, before the

@@ -41,7 +41,7 @@ RULES = (
     RuleShape("sort", 0.10, 2, None, None, 1.9, 300, (4, 6)),
     RuleShape("count", 0.69, 1, 1000, None, 0.95, 40, (0.01, 0.05)),
     RuleShape("call", 0.10, 4, 8000, 60, 3.6, 7000, (2, 20)),
-    RuleShape("plot", 0.0, 1, None, None, 0.9, 180, (3, 3.5), "general"),
+    RuleShape("plot", 0.0, 1, None, None, 0.9, 180, (3, 3.5), "warm"),
 )
 WORKERS = (  # name, host, cpus, joins at, retires when idle?, SLURM job
     ("n1", "n1", 8, 0.0, False, "4242"),

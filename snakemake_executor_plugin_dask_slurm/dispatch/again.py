@@ -70,7 +70,8 @@ class Again:
         problem = finished.problem
         if stop and finished.outcome is None:
             problem = f"stopped: {stop}"
-        msg = failure_message(record.job, finished.outcome, problem, record.way, record.log)
+        way = "direct" if record.way == "direct" else "general"  # as the message says it
+        msg = failure_message(record.job, finished.outcome, problem, way, record.log)
         keep_log(record.log)  # none yet if it printed nothing: the message names it
         self.snakemake.failed(record.info, msg=msg, aux_logs=[record.log])
 

@@ -12,6 +12,7 @@ Pure: the facts are read off the job elsewhere (:mod:`.job_commands`).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import StrEnum
 
 #: Commands longer than this are written to a script by Snakemake's ``shell()``; we leave
 #: those to the general way.
@@ -46,26 +47,37 @@ class JobFacts:
     storage_files: bool = False  # remote storage inputs/outputs need Snakemake's copy
 
 
-_REASONS = {
-    "not_shell": "not a shell: rule",
-    "shadow": "shadow:",
-    "conda": "conda:",
-    "container": "container:",
-    "software_env": "a software environment Snakemake deploys",
-    "benchmark": "benchmark:",
-    "cache": "cache:",
-    "pipe_or_service": "pipe()/service() output",
-    "debug_or_edit_notebook": "--debug or --edit-notebook",
-    "group": "group job",
-    "shell_exec_resource": "resources.shell_exec",
-    "tmpdir_placeholder": "uses {resources.tmpdir}",
-    "tmpdir_expression": "tmpdir resource evaluated where the job runs",
-    "unformattable": "command cannot be formatted before the job runs",
-    "too_long": f"command longer than {MAX_DIRECT_COMMAND} characters",
-    "storage_files": "storage-plugin files",
-}
+class NotDirect(StrEnum):
+    """A named reason a job does not go the direct way (its value: what a user reads, in
+    the detail log). The members of :class:`RuleFacts` and :class:`JobFacts`, by field
+    name, then the ones the builder knows without facts."""
+
+    NOT_SHELL = "not a shell: rule"
+    SHADOW = "shadow:"
+    CONDA = "conda:"
+    CONTAINER = "container:"
+    SOFTWARE_ENV = "a software environment Snakemake deploys"
+    BENCHMARK = "benchmark:"
+    CACHE = "cache:"
+    PIPE_OR_SERVICE = "pipe()/service() output"
+    DEBUG_OR_EDIT_NOTEBOOK = "--debug or --edit-notebook"
+    GROUP = "group job"
+    SHELL_EXEC_RESOURCE = "resources.shell_exec"
+    TMPDIR_PLACEHOLDER = "uses {resources.tmpdir}"
+    TMPDIR_EXPRESSION = "tmpdir resource evaluated where the job runs"
+    UNFORMATTABLE = "command cannot be formatted before the job runs"
+    TOO_LONG = f"command longer than {MAX_DIRECT_COMMAND} characters"
+    STORAGE_FILES = "storage-plugin files"
+    #: ``--dask-slurm-no-direct-shell``.
+    TURNED_OFF = "--dask-slurm-no-direct-shell"
+    #: The ``shell:`` is not a literal command Snakemake's ``shell()`` formats
+    #: (:func:`.direct_command.literal_shell_rule` says how, in the detail log).
+    NOT_LITERAL = "shell: is not a literal command of Snakemake's shell()"
 
 
-def blockers(facts: RuleFacts | JobFacts) -> tuple[str, ...]:
+_REASONS = {name: NotDirect[name.upper()] for name in {*RuleFacts.__slots__, *JobFacts.__slots__}}
+
+
+def blockers(facts: RuleFacts | JobFacts) -> tuple[NotDirect, ...]:
     """Why these facts rule out the direct way (empty: they don't)."""
     return tuple(_REASONS[f.name] for f in fields(facts) if getattr(facts, f.name))

@@ -38,7 +38,7 @@ from ..worker.task import (
     withdraw_tasks,
 )
 from ..worker.waiting import wait_until
-from ..worker.wire import TaskOutcome, TaskSpec, Usage
+from ..worker.wire import Cold, TaskOutcome, TaskSpec, Usage
 from .listeners import Listeners
 from .outcomes import Finished, SubmitFailed, WorkerRef
 
@@ -63,8 +63,7 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
     if not isinstance(key, str):
         return None
     usage = Usage.from_wire(msg.get("usage"))
-    cold = msg.get("cold")
-    cold = str(cold) if cold is not None else None
+    cold = Cold.from_wire(msg.get("cold"))
     if msg.get("ok"):
         seconds = msg.get("seconds")
         seconds = float(seconds) if seconds is not None else None
@@ -75,8 +74,8 @@ def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
     on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
     outcome = msg.get("outcome")
     if isinstance(outcome, dict):
-        found = TaskOutcome(**outcome)
-        return Finished(key, False, outcome=found, on=on, usage=usage, cold=found.cold)
+        found = TaskOutcome(**{**outcome, "cold": cold})  # (the event's, as a Cold)
+        return Finished(key, False, outcome=found, on=on, usage=usage, cold=cold)
     problem = str(msg.get("problem") or "it failed on its worker")
     return Finished(key, False, problem=problem, on=on, usage=usage)
 

@@ -13,6 +13,9 @@ Two ways, both correct:
   the workflow parsed: :mod:`..warm`) when the task carries a :class:`WarmSpec`, else the
   cold way (a fresh Snakemake); ``TaskSpec.cold`` says why not warm.
 
+Which way a job goes is :func:`.way.decide`'s (pure); this module reads the facts it needs
+off the job, once per rule where they are the rule's.
+
 This module reads a job's and a rule's public attributes beyond the executor interface
 (``rule.shellcmd``, ``rule.run_func``, ``job.prepare()``); Snakemake's private code and its
 software deployment (conda, containers, modules) it reads through the one room
@@ -21,19 +24,18 @@ software deployment (conda, containers, modules) it reads through the one room
 
 from __future__ import annotations
 
-import asyncio
 import os
-import shutil
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..report.detail import detail
 from ..snakemake_internals import deployment
 from ..snakemake_internals.shell import log_info
 from ..snakemake_internals.shell import wrapper as shell_wrapper
-from ..warm.command import JobCommand, Unsplittable, parse_job_command
-from ..worker.wire import TaskSpec, WarmSpec
+from ..warm.command import JobCommand, Unsplittable
+from ..worker.wire import Cold, TaskSpec, WarmSpec, Way, Why
 from .direct_command import (
     job_facts,
     job_tmpdir,
@@ -43,18 +45,19 @@ from .direct_command import (
     shell_command,
     thread_environment,
 )
-from .direct_way import JobFacts, blockers
-from .group_runner import MODULE as GROUP_RUNNER
-
-#: The shell for a general-way job command that is not a plain ``[export ... &&] python
-#: -m ...`` (never seen from Snakemake 9; every other one runs without a shell). Bash, as
-#: Snakemake's own ``shell()`` prefers: a POSIX ``sh`` such as dash drops exported shell
-#: functions (``BASH_FUNC_module%%``, an HPC site's ``module``) from the job's environment.
-GENERAL_SHELL = shutil.which("bash") or "/bin/sh"
-
-
-#: Why a job goes the cold way when the warm path is turned off.
-WARM_OFF = "the warm path is off (--dask-slurm-no-warm)"
+from .direct_way import NotDirect, blockers
+from .general_command import general_argv, parsed, prepare_all, with_group_runner
+from .way import (
+    Chosen,
+    Direct,
+    DirectDraft,
+    Facts,
+    Warm,
+    command_cold,
+    decide,
+    not_direct,
+    way_name,
+)
 
 
 def deployment_reason(job: Any, workflow: Any) -> str | None:
@@ -76,68 +79,30 @@ def env_modules_of(rule: Any, workflow: Any) -> Any:
     return deployment.rule_software(rule, workflow).modules
 
 
-def parsed(command: str) -> JobCommand | Unsplittable:
-    """``command`` read as a job command (:func:`..warm.command.parse_job_command`), or
-    what does not fit; read once per job, for both :func:`general_argv` and
-    :func:`warm_spec`."""
-    try:
-        return parse_job_command(command)
-    except Unsplittable as e:
-        return e
-
-
-def general_argv(
-    command: str, env: tuple[tuple[str, str], ...], found: JobCommand | Unsplittable | None = None
-) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """The argument list and environment that run a general-way job command: its
-    interpreter, exec'd with the command's exports added to ``env``, as ``sh -c`` would
-    (and without a shell between the worker and the job, which could change the job's
-    environment); any other shape through :data:`GENERAL_SHELL`. ``found``: the command
-    already :func:`parsed`."""
-    found = parsed(command) if found is None else found
-    if isinstance(found, Unsplittable) or found.cd is not None:
-        return (GENERAL_SHELL, "-c", command), env
-    return (found.python, "-m", found.module, *found.argv), env + found.exports
-
-
 #: The key the job command built for :meth:`JobCommandBuilder.prime_request` carries.
 PRIME_KEY = "dask-slurm-prime"
 
 
 def warm_spec(
     command: str, group: bool, log_dir: str, found: JobCommand | Unsplittable | None = None
-) -> WarmSpec | str:
+) -> WarmSpec | Cold:
     """The warm path's view of a general-way job command, or why it has none (``found``:
-    the command already :func:`parsed`)."""
+    the command already :func:`.general_command.parsed`)."""
     found = parsed(command) if found is None else found
-    if isinstance(found, Unsplittable):
-        return f"its job command needs a shell to run: {found}"
-    if found.module not in ("snakemake", GROUP_RUNNER):
-        return f"its job command runs {found.module}, not snakemake"
+    cold = command_cold(found)
+    if cold is not None or isinstance(found, Unsplittable):
+        return cold or Cold(Why.NEEDS_SHELL, str(found))
     return WarmSpec(found.python, found.argv, found.exports, group, log_dir)
 
 
-def with_group_runner(command: str, python: str) -> str:
-    """Snakemake's job command for a group, run through :mod:`.group_runner` (a race in
-    Snakemake's pipe groups can hang the group's own Snakemake for ever). Only when the
-    command runs ``python``, this interpreter, which has the plugin; else as it is."""
-    head, found, tail = command.partition(f"{python} -m snakemake ")
-    return f"{head}{python} -m {GROUP_RUNNER} {tail}" if found else command
-
-
-async def prepare_all(jobs: Sequence[Any]) -> list[BaseException | None]:
-    """``job.prepare()`` for every job, in one event-loop run; each job's error or None."""
-    results = await asyncio.gather(*(job.prepare() for job in jobs), return_exceptions=True)
-    return [r if isinstance(r, BaseException) else None for r in results]
-
-
-#: A built job: its spec and way ("direct" or "general"), or why it could not be built.
-Built = tuple[TaskSpec, str] | Exception
+#: A built job: its spec and way ("direct", "warm" or "cold", as chosen here: the worker
+#: may still send a warm job cold), or why it could not be built.
+Built = tuple[TaskSpec, Way] | Exception
 
 
 @dataclass
 class JobCommandBuilder:
-    """Builds task specs for one run; caches the per-rule eligibility decision."""
+    """Builds task specs for one run; caches what it reads per rule."""
 
     workflow: Any
     workdir: str
@@ -151,8 +116,14 @@ class JobCommandBuilder:
     warm: bool = False
 
     def __post_init__(self) -> None:
-        self._rule_blockers: dict[str, tuple[str, ...]] = {}
+        self._rule_not_direct: dict[str, tuple[NotDirect, ...]] = {}
+        #: How a rule's ``shell:`` is not literal (the detail log says it), by rule.
+        self._not_literal: dict[str, str] = {}
         self._deployment: dict[tuple[str, ...], str | None] = {}
+        #: Rules (and groups) whose general way the detail log has told.
+        self._told: set[str] = set()
+        #: The facts of every job that goes the direct way (one value: built once).
+        self._direct_way_facts = Facts(True, self.warm)
         self._warm_log_dir = os.path.dirname(self.log_root.rstrip("/"))
         self._base_env = tuple(self.base_env.items())
         self._shell = shell_wrapper()
@@ -163,21 +134,89 @@ class JobCommandBuilder:
         stem = job.logfile_suggestion(self.log_root)[: -len(".log")]
         return f"{stem}.attempt{job.attempt}.log"
 
-    def direct_blockers(self, job: Any) -> tuple[str, ...]:
-        """Why ``job`` must go the general way; empty if it may run directly."""
-        if not self.direct_shell:
-            return ("--dask-slurm-no-direct-shell",)
-        if job.is_group():
-            return blockers(JobFacts(group=True))
+    def rule_not_direct(self, job: Any) -> tuple[NotDirect, ...]:
+        """Why the jobs of (non-group) ``job``'s rule cannot go the direct way (per rule)."""
         name = job.rule.name
-        found = self._rule_blockers.get(name)
+        found = self._rule_not_direct.get(name)
         if found is None:
             found = blockers(rule_facts(job, self.workflow))
             if not found:
-                why = literal_shell_rule(job.rule)
-                found = (why,) if why else ()
-            self._rule_blockers[name] = found
+                literal = literal_shell_rule(job.rule)
+                if literal:
+                    self._not_literal[name] = literal
+                found = (NotDirect.NOT_LITERAL,) if literal else ()
+            self._rule_not_direct[name] = found
         return found
+
+    def choose(self, job: Any, group: bool) -> Chosen:
+        """``job``'s way and what it runs; ``group``: a group job, or a job of a group
+        Snakemake forms later (its own job command is read)."""
+        facts, draft = self._direct_facts(job, group)
+        if draft is not None:
+            return Chosen(decide(facts), draft)
+        changed = target_spec_survives(job)
+        if changed:
+            raise ValueError(
+                f"its wildcard values {changed} cannot be passed to Snakemake's job command "
+                "(--target-jobs splits on ',' and strips quotes at either end of a value), "
+                "and this job cannot run the direct way"
+            )
+        command = self.format_job_exec(job)
+        if job.is_group():
+            command = with_group_runner(command, sys.executable)
+        found = parsed(command)
+        deployment = self._deployment_of(job) if self.warm else None
+        facts = Facts(
+            facts.direct_shell, facts.warm, facts.group, facts.rule, facts.job, deployment, found
+        )
+        way = decide(facts)
+        if job.name not in self._told:
+            self._tell(job, facts, way)
+        return Chosen(way, None, command, found)
+
+    def _direct_facts(self, job: Any, group: bool) -> tuple[Facts, DirectDraft | None]:
+        """The facts up to the direct question, and the direct way's draft if it goes so
+        (the job-level facts are read only when its rule's allow the direct way)."""
+        if not self.direct_shell or group:
+            return Facts(self.direct_shell, self.warm, group), None
+        rule = self.rule_not_direct(job)
+        if rule:
+            return Facts(True, self.warm, False, rule), None
+        draft = self._direct_draft(job)
+        if not isinstance(draft, DirectDraft):  # (a DirectDraft is a tuple too)
+            return Facts(True, self.warm, False, (), draft), None
+        return self._direct_way_facts, draft
+
+    def _direct_draft(self, job: Any) -> DirectDraft | tuple[NotDirect, ...]:
+        """What the direct way runs for ``job``, or why this job cannot go that way."""
+        try:
+            command = shell_command(job)
+        except Exception:  # e.g. a resource only the job's own Snakemake defines
+            return (NotDirect.UNFORMATTABLE,)
+        tmpdir, tmpdir_expression = job_tmpdir(job)
+        modules = self._modules(job.rule)
+        argv = shell_argv(command, self._shell, modules)
+        why_not = blockers(job_facts(job, argv[-1], tmpdir_expression, argv[0]))
+        return why_not or DirectDraft(argv, tmpdir, modules)
+
+    def _deployment_of(self, job: Any) -> str | None:
+        """:func:`deployment_reason`, per set of rules."""
+        rules = tuple(sorted(set(job.rules)))
+        if rules not in self._deployment:
+            self._deployment[rules] = deployment_reason(job, self.workflow)
+        return self._deployment[rules]
+
+    def _tell(self, job: Any, facts: Facts, way: Direct | Warm | Cold) -> None:
+        """The detail log's line for the first general-way job of a rule (or group): why
+        not direct, and warm or cold. Once per rule: the run's console stays as it was,
+        and the cost is a set lookup per job."""
+        self._told.add(job.name)
+        why = ", ".join(not_direct(facts))
+        literal = self._not_literal.get(job.name)
+        if literal is not None:
+            why += f" ({literal})"
+        cold = f": {way}" if isinstance(way, Cold) else ""
+        detail.info(f"{job.name}: the general way ({why}), {way_name(way)}{cold}")
 
     def build_many(
         self, jobs: Sequence[tuple[Any, str]], needs: Mapping[str, float | None] | None = None
@@ -203,45 +242,37 @@ class JobCommandBuilder:
                     built[index] = error if isinstance(error, Exception) else RuntimeError(error)
         return built
 
-    def _draft(self, job: Any, key: str, needs: float | None = None) -> tuple[TaskSpec, str]:
+    def _draft(self, job: Any, key: str, needs: float | None = None) -> tuple[TaskSpec, Way]:
         """The spec and way of ``job``, before a direct-way job is prepared."""
-        if not self.direct_blockers(job):
-            spec = self._direct(job, key, needs)
-            if spec is not None:
-                return spec, "direct"
-        return self._general(job, key, needs), "general"
+        chosen = self.choose(job, job.is_group())
+        if chosen.draft is not None:
+            return self._direct(job, key, chosen.draft, needs), "direct"
+        return self._general(job, key, chosen, needs), way_name(chosen.way)
 
-    def _general(self, job: Any, key: str, needs: float | None = None) -> TaskSpec:
+    def _general(self, job: Any, key: str, chosen: Chosen, needs: float | None) -> TaskSpec:
         """The general way's spec: Snakemake's job command, warm or cold."""
-        changed = target_spec_survives(job)
-        if changed:
-            raise ValueError(
-                f"its wildcard values {changed} cannot be passed to Snakemake's job command "
-                "(--target-jobs splits on ',' and strips quotes at either end of a value), "
-                "and this job cannot run the direct way"
-            )
-        command = self.format_job_exec(job)
-        if job.is_group():
-            command = with_group_runner(command, sys.executable)
-        found = parsed(command)
-        argv, env = general_argv(command, self._base_env, found)
-        warm = self._warm(job, command, found)
+        argv, env = general_argv(chosen.command, self._base_env, chosen.found)
+        way = chosen.way
+        warm = None
+        if isinstance(way, Warm):
+            spec = warm_spec(chosen.command, job.is_group(), self._warm_log_dir, way.command)
+            warm = spec if isinstance(spec, WarmSpec) else None
         return TaskSpec(
             key, argv, self.workdir, env, self.log_path(job), None, job.priority,
-            warm=warm if isinstance(warm, WarmSpec) else None,
-            cold=warm if isinstance(warm, str) else None, needs=needs,
+            warm=warm, cold=way if isinstance(way, Cold) else None, needs=needs,
         )  # fmt: skip
 
     def prime_request(self, jobs: Iterable[Any]) -> dict[str, Any] | None:
         """A job command of this workflow that goes the warm way, for every worker's warm
         process to parse at the worker's start (worker/warm_host.py ``WarmHost.prime``):
-        that of the first job in ``jobs`` that goes that way, one job looked at per rule
-        (none of a rule Snakemake runs itself, ``job.is_local``: a farm's ``rule all``);
-        None if none does, or if a job's command cannot be built yet (it then starts the
-        warm process itself). A job of a group (Snakemake's scheduler forms the group jobs
-        later) counts by its own job command: the group's differs only in what each job's
-        command has of its own (:func:`..warm.snakemake_side.general_argv`), so its first
-        group job finds the same parse."""
+        that of the first job in ``jobs`` that goes that way (:meth:`choose`, as its
+        build), one job looked at per rule (none of a rule Snakemake runs itself,
+        ``job.is_local``: a farm's ``rule all``); None if none does, or if a job's command
+        cannot be built yet (it then starts the warm process itself). A job of a group
+        (Snakemake's scheduler forms the group jobs later) counts by its own job command:
+        the group's differs only in what each job's command has of its own
+        (:func:`..warm.snakemake_side.general_argv`), so its first group job finds the
+        same parse."""
         if not self.warm:
             return None
         seen: set[str] = set()
@@ -254,49 +285,31 @@ class JobCommandBuilder:
             seen.add(name)
             if job.is_local:  # Snakemake runs it itself (a target rule, localrules)
                 continue
-            if job.group is None and not self.direct_blockers(job):
-                continue  # goes the direct way: nothing to parse
             try:
-                spec = self._general(job, PRIME_KEY)
+                chosen = self.choose(job, job.group is not None)
             except Exception:
                 continue
-            warm = spec.warm
-            if warm is not None:
-                env = [[k, v] for k, v in (*spec.env, *warm.exports)]
+            if isinstance(chosen.way, Warm):
+                found = chosen.way.command
+                _, env = general_argv(chosen.command, self._base_env, chosen.found)
                 return {
-                    "python": warm.python, "argv": list(warm.argv), "env": env,
-                    "cwd": spec.cwd, "log_dir": warm.log_dir,
+                    "python": found.python, "argv": list(found.argv),
+                    "env": [[k, v] for k, v in (*env, *found.exports)],
+                    "cwd": self.workdir, "log_dir": self._warm_log_dir,
                 }  # fmt: skip
         return None
 
-    def _warm(self, job: Any, command: str, found: JobCommand | Unsplittable) -> WarmSpec | str:
-        """How the warm path runs this general-way job, or why it goes the cold way."""
-        if not self.warm:
-            return WARM_OFF
-        rules = tuple(sorted(set(job.rules)))
-        if rules not in self._deployment:
-            self._deployment[rules] = deployment_reason(job, self.workflow)
-        reason = self._deployment[rules]
-        return reason or warm_spec(command, job.is_group(), self._warm_log_dir, found)
-
-    def _direct(self, job: Any, key: str, needs: float | None = None) -> TaskSpec | None:
-        """The direct way's spec, or None when this job must go the general way."""
-        try:
-            command = shell_command(job)
-        except Exception:  # e.g. a resource only the job's own Snakemake defines
-            return None
-        tmpdir, tmpdir_expression = job_tmpdir(job)
-        modules = self._modules(job.rule)
-        argv = shell_argv(command, self._shell, modules)
-        if blockers(job_facts(job, argv[-1], tmpdir_expression, argv[0])):
-            return None
+    def _direct(self, job: Any, key: str, draft: DirectDraft, needs: float | None) -> TaskSpec:
+        """The direct way's spec."""
         env = self._thread_env.get(job.threads)
         if env is None:
             env = self._thread_env[job.threads] = self._base_env + thread_environment(job.threads)
         log = self.log_path(job)
-        if modules is not None:
-            log_info(f"Activating environment modules: {modules}")  # as shell() says it
-        return TaskSpec(key, argv, self.workdir, env, log, tmpdir, job.priority, needs=needs)
+        if draft.modules is not None:
+            log_info(f"Activating environment modules: {draft.modules}")  # as shell() says it
+        return TaskSpec(
+            key, draft.argv, self.workdir, env, log, draft.tmpdir, job.priority, needs=needs
+        )
 
     def _modules(self, rule: Any) -> Any:
         """The modules shell() loads for ``rule``'s jobs (None: none), per rule."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..worker.wire import TaskOutcome, Usage
+from ..worker.wire import Cold, TaskOutcome, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +36,9 @@ class Finished:
     #: What the job used, measured on its worker (success or failure); None if it never
     #: ran, or no word came from its worker (lost, cancelled).
     usage: Usage | None = None
-    #: A general-way job that ran the cold way (a fresh Snakemake): why.
-    cold: str | None = None
+    #: A general-way job that ran the cold way (a fresh Snakemake): why (the event's
+    #: ``cold``, :meth:`..worker.wire.Cold.from_wire`); None: it ran direct or warm.
+    cold: Cold | None = None
     #: It never started where it was, for lack of time there: its worker would land before
     #: it could finish (it waited there too long), or its worker job landed. It goes to
     #: another worker (``problem`` says why, for the detail log).

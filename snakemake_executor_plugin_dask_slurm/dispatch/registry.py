@@ -21,7 +21,7 @@ from typing import Any
 from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
 from ..report.messages import job_label
-from ..worker.wire import TaskSpec
+from ..worker.wire import TaskSpec, Way
 from .outcomes import SubmitFailed
 
 
@@ -33,8 +33,9 @@ class JobRecord:
     spec: TaskSpec
     #: The Dask resources it asked for.
     request: dict[str, float]
-    #: "direct" (its shell command on the worker) or "general" (Snakemake's job command).
-    way: str
+    #: "direct" (its shell command on the worker), "warm" or "cold" (Snakemake's job
+    #: command), as it was built (:func:`.way.decide`; its worker may still run it cold).
+    way: Way
     #: When it was handed over (``time.time()``).
     handed_over: float = 0.0
     #: How long it is expected to run (the allocation's clock), None: unknown.

@@ -73,6 +73,7 @@ def ended_from(finished: Finished, stop: str | None = None) -> Ended:
         problem=finished.problem,
         lost_on=None if finished.lost_on is None else finished.lost_on.name,
         stop=stop if killed and not finished.ok and finished.lost_on is None else None,
+        cold=finished.cold is not None,
     )
 
 

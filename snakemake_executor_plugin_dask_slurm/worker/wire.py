@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 #: ``TaskSpec.tmpdir`` value meaning "the worker's own temporary directory", i.e.
 #: Snakemake's default ``tmpdir=system_tmpdir`` evaluated where the job runs.
@@ -23,7 +23,7 @@ class Why(StrEnum):
     :data:`WHY_TEXT`; the pid, path or message of one case goes in :attr:`Cold.detail`.
     The user guide's list of reasons is checked against this enum (tests/unit)."""
 
-    # Decided in Snakemake's process (ways of a job: dispatch/job_commands.py).
+    # Decided in Snakemake's process (dispatch/way.py: decide).
     WARM_OFF = "warm-off"
     DEPLOYMENT = "deployment"
     NEEDS_SHELL = "needs-shell"
@@ -117,6 +117,14 @@ class Cold:
             return cls(Why(value[0]), str(value[1]))
         except ValueError:
             return None
+
+
+#: How a job ran: its command on the worker (direct), or Snakemake's job command in a
+#: process forked from one that has the workflow parsed (warm) or in a fresh Snakemake
+#: (cold). The usage report's way column; chosen by :func:`..dispatch.way.decide`.
+Way = Literal["direct", "warm", "cold"]
+
+WAYS: tuple[Way, ...] = ("direct", "warm", "cold")
 
 
 @dataclass(frozen=True, slots=True)

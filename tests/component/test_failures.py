@@ -157,9 +157,7 @@ class Run:
         """The job ``KEY`` as handed over (its first task never reaches Dask: each test says
         how it ended)."""
         spec = TaskSpec(KEY, ("true",), str(tmp_path), (), str(tmp_path / f"{KEY}.log"), None)
-        record = JobRecord(
-            SubmittedJobInfo(Job(), external_jobid=KEY), spec, {"cpus": 1}, "general"
-        )
+        record = JobRecord(SubmittedJobInfo(Job(), external_jobid=KEY), spec, {"cpus": 1}, "cold")
         self.registry.hand_over([record], lambda info: None, lambda tasks: None)
         self.record = record
         return record

@@ -6,12 +6,12 @@ from snakemake_executor_plugin_dask_slurm.dispatch.direct_command import (
     shell_argv,
     thread_environment,
 )
-from snakemake_executor_plugin_dask_slurm.dispatch.group_runner import MODULE as GROUP_RUNNER
-from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import (
+from snakemake_executor_plugin_dask_slurm.dispatch.general_command import (
     GENERAL_SHELL,
     general_argv,
     with_group_runner,
 )
+from snakemake_executor_plugin_dask_slurm.dispatch.group_runner import MODULE as GROUP_RUNNER
 from snakemake_executor_plugin_dask_slurm.snakemake_internals.shell import (
     wrapper as shell_wrapper,
 )

@@ -14,6 +14,7 @@ from snakemake_executor_plugin_dask_slurm.report.messages import (
 )
 from snakemake_executor_plugin_dask_slurm.worker.proctree import describe_exit
 from snakemake_executor_plugin_dask_slurm.worker.task import TaskOutcome
+from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, Why
 from tests.fakes import FakeGroupJob, FakeJob
 
 JOB = FakeJob(name="align", jobid=7, attempt=2)
@@ -65,6 +66,20 @@ def test_finished_from_event() -> None:
         "k", False, problem="ValueError: x"
     )
     assert finished_from_event({"nokey": 1}) is None
+
+
+def test_a_cold_job_says_why_in_its_event_as_the_worker_sends_it() -> None:
+    cold = Cold(Why.DEPLOYMENT, "conda:")
+    ok = {"key": "k", "ok": True, "cold": cold.to_wire()}
+    assert finished_from_event(ok) == Finished("k", True, cold=cold)
+    outcome = TaskOutcome(3, "n2", 1.0, 2.0, "tail", cold=cold)
+    failed = {"key": "k", "ok": False, "outcome": dataclasses.asdict(outcome), "cold": ["x", ""]}
+    assert finished_from_event({**failed, "cold": cold.to_wire()}) == Finished(
+        "k", False, outcome=outcome, cold=cold
+    )
+    unknown = finished_from_event(failed)  # a reason this side does not know: not counted
+    assert unknown is not None and unknown.cold is None and unknown.outcome is not None
+    assert unknown.outcome.cold is None
 
 
 def test_lost_job_messages_tell_running_from_waiting() -> None:

@@ -17,7 +17,7 @@ from snakemake_executor_plugin_dask_slurm.dispatch.usage_listener import (
     usage_listener,
 )
 from snakemake_executor_plugin_dask_slurm.report.usage import Ended, UsageCollector
-from snakemake_executor_plugin_dask_slurm.worker.wire import TaskOutcome, TaskSpec, Usage
+from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, TaskOutcome, TaskSpec, Usage, Why
 from tests.fakes import FakeJob
 
 USAGE = Usage("n1", "w1", "7", 10.0, 2.0, 1.5, 300 << 10, 70 << 10)
@@ -58,6 +58,11 @@ def record(key: str = "align-3-a1-t", reruns: int = 0, first: str = "") -> JobRe
             Finished("k", False, problem="its Dask task was cancelled"),
             "Ctrl-C",
             Ended(False, problem="its Dask task was cancelled", stop="Ctrl-C"),
+        ),
+        (
+            Finished("k", True, seconds=2.0, usage=USAGE, cold=Cold(Why.WARM_OFF)),
+            None,
+            Ended(True, USAGE, cold=True),
         ),
     ],
 )

@@ -121,3 +121,13 @@ def test_figures_json_cannot_hold_are_null_and_the_page_is_written(tmp_path: Pat
     spans = json.loads(block[1])["spans"]
     assert spans["cpus"][spans["name"].index("odd")] is None
     assert page_data._finite([1.0, float("inf"), None, float("nan")]) == [1.0, None, None, None]
+
+
+def test_the_way_column_names_direct_warm_and_cold() -> None:
+    attempts = [
+        attempt("a", 0.0, 1.0)._replace(way=way) for way in ("cold", "direct", "warm", "cold")
+    ]
+    jobs, _, _ = page_data.jobs_columns(attempts, [], ["r"], 0.0)
+    assert jobs["way"].tolist() == [2, 0, 1, 2]
+    data = data_of(20)
+    assert data["ways"] == ["direct", "warm", "cold"]

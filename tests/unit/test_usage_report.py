@@ -28,6 +28,7 @@ from snakemake_executor_plugin_dask_slurm.report.usage.collect import (
     handover_from_job,
 )
 from snakemake_executor_plugin_dask_slurm.report.usage.over_time import integrate
+from snakemake_executor_plugin_dask_slurm.report.usage.rows import Way
 from snakemake_executor_plugin_dask_slurm.report.usage.suggest import (
     round_mem_mb,
     round_runtime,
@@ -459,7 +460,7 @@ def test_a_group_job_is_told_as_one_with_its_members_rules_and_left_out_of_the_p
     is not there, and has no entry for it or, on its figures, for its members' rules."""
     job = FakeGroupJob("grp", rules=["b", "a", "b"], threads=8, resources={"mem_mb": 4000})
     c = UsageCollector()
-    h = handover_from_job(job, "grp-1", "general", 0.0)
+    h = handover_from_job(job, "grp-1", "warm", 0.0)
     assert (h.rule, h.group, h.members) == ("group grp", True, ("a", "b"))
     c.handed_over(h)
     c.ended("grp-1", Ended(True, Usage("n1", "w1", "", 1.0, 100.0, 100.0, 300 << 10)))
@@ -472,3 +473,31 @@ def test_a_group_job_is_told_as_one_with_its_members_rules_and_left_out_of_the_p
     text = profile_yaml([s], RunFacts(0.0, 200.0, "local", ""), 1)
     assert "# Not here: group job grp (rules a, b). A group job is measured as one task" in text
     assert yaml.safe_load(text) == {"set-threads": None, "set-resources": None}
+
+
+@pytest.mark.parametrize(
+    ("built", "cold", "way"),
+    [
+        ("direct", False, "direct"),
+        ("warm", False, "warm"),
+        ("warm", True, "cold"),  # its worker ran it cold after all
+        ("cold", True, "cold"),
+        ("cold", None, "cold"),  # no outcome came back: as it was built
+        ("warm", None, "warm"),
+    ],
+)
+def test_an_attempts_way_is_as_it_was_built_or_cold_as_its_worker_says(
+    built: Way, cold: bool | None, way: str
+) -> None:
+    collector = UsageCollector(clock=lambda: 10.0)
+    collector.handed_over(Handover("k", "r", 1, 1, built, 1, None, None, 0.0))
+    if cold is not None:
+        collector.ended("k", Ended(True, cold=cold))
+    (attempt,) = collector.attempts()
+    assert attempt.way == way
+
+
+def test_a_rules_ways_are_named_in_the_order_direct_warm_cold() -> None:
+    rows = [row(jobid=i)._replace(way=w) for i, w in enumerate(["cold", "direct", "warm"])]
+    (stats,) = rule_stats(rows)
+    assert stats.ways == "direct+warm+cold"

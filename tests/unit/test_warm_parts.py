@@ -122,13 +122,13 @@ def test_a_members_request_names_the_group_job_it_is_given() -> None:
     ],
 )
 def test_other_shapes_of_command_go_the_cold_way(command: str) -> None:
-    assert isinstance(warm_spec(command, False, "/logs"), str)
+    assert isinstance(warm_spec(command, False, "/logs"), Cold)
 
 
 def test_a_group_runner_command_goes_warm_as_a_group() -> None:
     command = "/p -m snakemake_executor_plugin_dask_slurm.dispatch.group_runner --cores 2"
     spec = warm_spec(command, True, "/logs")
-    assert not isinstance(spec, str) and spec.group and spec.argv == ("--cores", "2")
+    assert not isinstance(spec, Cold) and spec.group and spec.argv == ("--cores", "2")
 
 
 NARGS = {
@@ -167,15 +167,32 @@ def test_the_key_of_a_parse_leaves_out_exactly_the_per_job_arguments() -> None:
 def test_the_end_of_run_line_counts_each_reason() -> None:
     ways = ColdWays()
     assert ways.line() is None
-    for reason in ["a", "b", "a", *[f"r{i}" for i in range(6)]]:
-        ways.add(reason)
+    whys = [Why.WARM_OFF, Why.NEEDS_SHELL, Why.WARM_OFF, *list(Why)[-6:]]
+    for why in whys:
+        ways.add(Cold(why))
     line = ways.line()
     assert line is not None and line.startswith("9 jobs went the cold way")
-    assert "2 because a; 1 because b;" in line
+    assert (
+        "2 because the warm path is turned off (--dask-slurm-no-warm); "
+        "1 because its job command needs a shell;"
+    ) in line
     assert line.endswith("3 for 3 other reason(s)")
     single = ColdWays()
-    single.add("x")
-    assert single.line() == "1 job went the cold way (a fresh Snakemake each): 1 because x"
+    single.add(Cold(Why.NOT_SNAKEMAKE, "pip"))
+    assert single.line() == (
+        "1 job went the cold way (a fresh Snakemake each): "
+        "1 because its job command does not run Snakemake (pip)"
+    )
+
+
+def test_the_end_of_run_line_counts_a_reason_once_whatever_its_details() -> None:
+    ways = ColdWays()
+    for pid in (11, 12, 13):
+        ways.add(Cold(Why.CANNOT_START, f"pid {pid}"))
+    assert ways.line() == (
+        "3 jobs went the cold way (a fresh Snakemake each): "
+        "3 because the worker's warm process could not start (e.g. pid 11)"
+    )
 
 
 def test_a_marker_fits_the_slot_up_to_its_size() -> None:

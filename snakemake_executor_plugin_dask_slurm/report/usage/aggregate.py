@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ...worker.wire import WAYS
 from .rows import Attempt, RunFacts, WorkerSpan, worker_job_of
 from .suggest import CORES_PERCENTILE, Suggestion, suggest
 
@@ -48,7 +49,7 @@ class RuleStats:
 
     rule: str
     group: bool
-    ways: str  # "direct", "general" or "direct+general"
+    ways: str  # the attempts' ways, in WAYS' order: "direct", "warm+cold", ...
     attempts: int
     done: int
     failed: int
@@ -133,7 +134,7 @@ def _one_rule(rule: str, rows: list[Attempt]) -> RuleStats:
     return RuleStats(
         rule=rule,
         group=rows[0].group,
-        ways="+".join(sorted({a.way for a in rows})),
+        ways="+".join(sorted({a.way for a in rows}, key=WAYS.index)),
         attempts=len(rows),
         done=outcomes["done"],
         failed=outcomes["failed"],

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...worker.proctree import describe_exit
-from .rows import Attempt, Ended, Handover, Outcome, RunFacts, WorkerSpan, mb_of_kib
+from .rows import Attempt, Ended, Handover, Outcome, RunFacts, Way, WorkerSpan, mb_of_kib
 
 
 def _number(value: Any) -> float | None:
@@ -29,7 +29,7 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def handover_from_job(job: Any, key: str, way: str, at: float | None = None) -> Handover:
+def handover_from_job(job: Any, key: str, way: Way, at: float | None = None) -> Handover:
     """The :class:`Handover` of a Snakemake job (``JobExecutorInterface``) given to Dask
     under ``key``, run the ``way`` it was built."""
     resources = job.resources
@@ -208,8 +208,10 @@ def attempt_row(
     else:
         outcome, detail = classify(f, stop, lost)
     u = f.usage if f is not None else None
+    # A warm job its worker ran cold after all (the worker's warm process could not take it).
+    way: Way = "cold" if f is not None and f.cold and h.way == "warm" else h.way
     return Attempt(
-        h.key, h.rule, h.jobid, h.attempt, h.rerun, h.way, h.wildcards, h.group, h.threads,
+        h.key, h.rule, h.jobid, h.attempt, h.rerun, way, h.wildcards, h.group, h.threads,
         h.mem_mb, h.runtime_min, h.at, outcome, detail,
         *(("", "", "", None, None, None, None, None, h.members) if u is None else (
             u.host, u.worker, u.slurm_job, u.started, u.wall, u.cpu,

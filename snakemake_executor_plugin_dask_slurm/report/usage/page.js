@@ -21,7 +21,7 @@ const RULE_COLUMNS = [
 ];
 const JOB_COLUMNS = [
   ["rule", "rule", data.rules], ["jobid", "job"], ["attempt", "attempt"], ["rerun", "rerun"],
-  ["wildcards", "wildcards"], ["way", "way", ["direct", "general"]],
+  ["wildcards", "wildcards"], ["way", "way", data.ways],
   ["outcome", "outcome", data.outcomes], ["worker", "worker", data.workers],
   ["threads", "threads"], ["mem_mb", "mem_mb", "0,0"], ["start", "start s", "0.00"],
   ["wait", "wait s", "0.000"], ["wall", "wall s", "0.000"], ["cpu", "CPU s", "0.000"],

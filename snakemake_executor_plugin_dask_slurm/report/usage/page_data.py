@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...worker.wire import WAYS
 from .aggregate import AllocationUse, RuleStats, worker_job_label
 from .over_time import series
 from .rows import OUTCOMES, Attempt, RunFacts, WorkerSpan
@@ -69,6 +70,7 @@ def page_data(
         "files": {"jobs": JOBS_FILE, "rules": RULES_FILE},
         "rules": rules,
         "outcomes": list(OUTCOMES),
+        "ways": list(WAYS),
         "workers": names,
         "lanes": lanes,
         "jobs": {k: packed(v) if isinstance(v, np.ndarray) else v for k, v in jobs.items()},
@@ -145,6 +147,7 @@ def jobs_columns(
     order = {w.name: i for i, w in enumerate(sorted(workers, key=lambda w: (w.joined, w.name)))}
     lane, labels = lanes_of(attempts, order)
     outcome_index = {o: i for i, o in enumerate(OUTCOMES)}
+    way_index = {w: i for i, w in enumerate(WAYS)}
     cores = [a.cores for a in attempts]
     columns = {
         "rule": np.array([rule_index[a.rule] for a in attempts], dtype=np.int32),
@@ -152,7 +155,7 @@ def jobs_columns(
         "attempt": np.array([a.attempt for a in attempts], dtype=np.int32),
         "rerun": np.array([a.rerun for a in attempts], dtype=np.int32),
         "wildcards": [a.wildcards for a in attempts],
-        "way": np.array([a.way == "general" for a in attempts], dtype=np.int32),
+        "way": np.array([way_index[a.way] for a in attempts], dtype=np.int32),
         "outcome": np.array([outcome_index[a.outcome] for a in attempts], dtype=np.int32),
         "worker": np.array([worker_index[a.worker] for a in attempts], dtype=np.int32),
         "threads": np.array([a.threads for a in attempts], dtype=np.int32),

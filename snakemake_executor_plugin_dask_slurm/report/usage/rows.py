@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from ...worker.wire import Usage
+from ...worker.wire import Usage, Way
 
 #: How an attempt ended, in the report's words:
 #: done: it succeeded; failed: its command failed (or it could not be started);
@@ -38,7 +38,10 @@ class Handover:
     rule: str  # the rule's name; a group job's is "group <name>"
     jobid: int | str  # Snakemake's job id (a group job's is a uuid)
     attempt: int  # Snakemake's attempt (retries)
-    way: str  # "direct" (the command on the worker) or "general" (Snakemake's job command)
+    #: "direct" (the command on the worker), "warm" or "cold" (Snakemake's job command, in
+    #: a process forked from a parsed workflow or a fresh Snakemake), as the job was built;
+    #: a warm job that ran cold after all says so in :attr:`Ended.cold`.
+    way: Way
     threads: int
     mem_mb: float | None  # None: the job asked for no memory
     runtime_min: float | None  # Snakemake's ``runtime`` resource, minutes; None: not set
@@ -68,6 +71,8 @@ class Ended(NamedTuple):
     lost_on: str | None = None
     #: The run was stopping it (landing, SIGTERM, Ctrl-C, a broken cluster): why.
     stop: str | None = None
+    #: It ran the cold way (a fresh Snakemake), as its worker said.
+    cold: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +114,7 @@ class Attempt(NamedTuple):
     jobid: int | str
     attempt: int
     rerun: int
-    way: str
+    way: Way
     wildcards: str
     group: bool
     threads: int
