@@ -202,7 +202,7 @@ def test_the_architecture_names_the_modules_the_layering_test_lets_start_process
     from tests.component.test_layering import SUBPROCESS_USERS
 
     text = (ROOT / "docs" / "architecture.md").read_text()
-    section = text[text.index("### Rules the tests enforce") :]
+    section = text[text.index("## Rules the tests enforce") :]
     section = " ".join(section[: section.index("\n#", 1)].split())
     listed = section[section.index("a module other than these") :].split(";", 1)[0]
     named = set(re.findall(r"`([\w/]+\.py)`", listed))
