@@ -9,15 +9,6 @@ from pathlib import Path
 
 import snakemake_executor_plugin_dask_slurm
 
-#: Temporary: being split or renamed now (issue 50); this list is to be emptied.
-LONG_FUNCTIONS_ALLOWED = frozenset(
-    {("executor/run.py", "Run.start"), ("executor/plugin.py", "Executor.__post_init__")}
-)
-LONG_MODULES_ALLOWED = frozenset({"executor/plugin.py", "worker/warm_host.py", "warm/zygote.py"})
-#: ``Cold``: worker/wire.py's value and worker/warm_protocol.py's message, until the
-#: message carries the value.
-SHARED_CLASS_NAMES_ALLOWED = frozenset({"Run", "Server", "Unsupported", "Cold"})
-
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 400
 PACKAGE = Path(snakemake_executor_plugin_dask_slurm.__file__).parent
@@ -58,7 +49,7 @@ def test_no_function_is_over_60_lines() -> None:
         f"{path} {name}: {lines} lines"
         for path, text in sorted(modules().items())
         for name, lines in functions(ast.parse(text))
-        if lines > MAX_FUNCTION_LINES and (path, name) not in LONG_FUNCTIONS_ALLOWED
+        if lines > MAX_FUNCTION_LINES
     ]
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines: {long}"
 
@@ -67,7 +58,7 @@ def test_no_module_is_over_400_lines() -> None:
     long = [
         f"{path}: {len(text.splitlines())} lines"
         for path, text in sorted(modules().items())
-        if len(text.splitlines()) > MAX_MODULE_LINES and path not in LONG_MODULES_ALLOWED
+        if len(text.splitlines()) > MAX_MODULE_LINES
     ]
     assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
@@ -78,9 +69,5 @@ def test_no_two_classes_share_a_name() -> None:
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef):
                 where[node.name].append(path)
-    shared = {
-        name: paths
-        for name, paths in where.items()
-        if len(paths) > 1 and name not in SHARED_CLASS_NAMES_ALLOWED
-    }
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
     assert not shared, f"class names with more than one meaning: {shared}"
