@@ -28,16 +28,16 @@ class Why(StrEnum):
     DEPLOYMENT = "deployment"
     NEEDS_SHELL = "needs-shell"
     NOT_SNAKEMAKE = "not-snakemake"
-    # main side: add above this line
 
-    # Decided on the worker (worker/warm_host.py, worker/warm_link.py, worker/task.py).
+    # Decided on the worker (worker/warm_host.py, worker/warm_link.py, worker/task.py), which
+    # also gives OTHER_PYTHON (a job for another interpreter) and SERVER_FAILED (a cold
+    # answer without a reason); CANNOT_START comes from the warm process's start too.
     CANNOT_START = "cannot-start"
     DIED_TOO_OFTEN = "died-too-often"
     LOST_WHILE_RUNNING = "lost-while-running"
     WARM_GONE = "warm-gone"
-    # worker: add above this line
 
-    # Decided in the warm process and its primed servers (warm/).
+    # Decided in the warm process, its primed servers and a group job's process (warm/).
     OTHER_CWD = "other-cwd"
     OTHER_PYTHON = "other-python"
     KEY_TOO_LONG = "key-too-long"
@@ -56,7 +56,6 @@ class Why(StrEnum):
     SCRIPT_NOT_FORKED = "script-not-forked"
     MEMBER_COMMAND = "member-command"
     ZYGOTE_UNREACHABLE = "zygote-unreachable"
-    # warm process: add above this line
 
 
 #: What each reason means, as the end-of-run count and the user guide say it.
