@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import socket
 import stat
 import subprocess
 import urllib.parse
@@ -91,6 +92,17 @@ class OwnerSession:
             name, _, value = header.split(";", 1)[0].partition("=")
             self.cookies[name.strip()] = value.strip()
         return answer.status, answer.headers.get("Location", ""), body
+
+    def upgrade(self, target: str) -> int:
+        """The status a websocket's upgrade to ``target`` gets (101: accepted)."""
+        lines = [f"GET {target} HTTP/1.1", f"Host: {self.host}:{self.port}"]
+        lines += [WEBSOCKET[i + 1] for i in range(0, len(WEBSOCKET), 2)]
+        if self.cookies:
+            lines.append("Cookie: " + "; ".join(f"{k}={v}" for k, v in self.cookies.items()))
+        with socket.create_connection((self.host, self.port), timeout=30) as conn:
+            conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            status_line = conn.makefile("rb").readline().decode()
+        return int(status_line.split()[1])
 
     def follow(self, target: str, hops: int = 5) -> tuple[int, str]:
         """GET ``target`` and follow redirects (as a browser does): (status, body)."""

@@ -76,6 +76,7 @@ def test_without_the_token_every_path_is_refused_and_sets_nothing_up(
         status, location, body = stranger.get(path, {"Authorization": "token wrong"})
         assert (status, location, body) == (403, "", REFUSED), path
     assert stranger.set_cookies == []
+    assert stranger.upgrade("/status/ws") == 403
     assert "dashboard pages set up" not in log.read_text()
 
 
@@ -95,6 +96,7 @@ def test_the_link_sets_a_cookie_that_opens_the_dashboard(scheduler: tuple[int, P
     for path in resources:
         assert owner.get(path)[0] == 200, path
     assert owner.follow("/info/main/workers.html")[0] == 200
+    assert owner.upgrade("/status/ws") == 101  # Bokeh's websocket, with the cookie
     # Scripts: the header, no cookie.
     script = OwnerSession("127.0.0.1", port)
     status, _, body = script.get("/json/identity.json", {"Authorization": f"token {TOKEN}"})

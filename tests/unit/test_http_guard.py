@@ -147,3 +147,20 @@ def test_each_run_makes_a_private_token_and_names_only_its_file(tmp_path: Path) 
         security.close()
     assert security.http_token() is None and not security.directory.exists()
     assert PlainTcp().http_token() is None and PlainTcp().keep_link("x") is None
+
+
+def test_a_server_without_the_check_is_stopped_rather_than_left_open() -> None:
+    from snakemake_executor_plugin_dask_slurm.worker.http_guard import GUARD_ATTRIBUTE, enforce
+
+    stopped: list[bool] = []
+    http_server = SimpleNamespace(stop=lambda: stopped.append(True))
+    unchecked = SimpleNamespace(http_application=object(), http_server=http_server)
+    checked = SimpleNamespace(
+        http_application=SimpleNamespace(**{GUARD_ATTRIBUTE: True}), http_server=http_server
+    )
+    env = {TOKEN_FILE_VARIABLE: "/run/tls-h-1/http-token"}
+    assert enforce(checked, env) is None and enforce(unchecked, {}) is None
+    assert stopped == []
+    said = enforce(unchecked, env)
+    assert stopped == [True]
+    assert said and "was stopped rather than left open to every user of the host" in said
