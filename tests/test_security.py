@@ -3,7 +3,10 @@ processes can use its Dask cluster (a plain-TCP client, a TLS client with other
 credentials and a ``dask worker`` without the run's credentials are all turned away, and
 the run goes on unharmed); the credentials are private files, never in a command line or
 an environment, gone after the run however it ends; the dashboard is the real one, on
-loopback. The SLURM side (probes from another node) is in tests/test_slurm_security.py.
+loopback, and every HTTP port of the run (the scheduler's, the worker's) answers another
+user (``nobody``) 403 on every path, while the owner opens it with the printed link; its
+token is in no command line, environment, file others can read, nor Snakemake's log. The
+SLURM side (probes from another node) is in tests/test_slurm_security.py.
 """
 
 from __future__ import annotations

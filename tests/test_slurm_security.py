@@ -1,9 +1,12 @@
 """Secure by default inside a real allocation of the project's SLURM test cluster: during a
 run on three nodes, processes on another node (its own network namespace) without the
 run's credentials cannot use the cluster, nor reach the dashboard or the workers' HTTP
-servers; no command line or environment of any process the plugin started (scheduler,
-srun steps, supervisors, workers) holds key material; the certificate lives no longer
-than the allocation; and every output is right."""
+servers; another user (``nobody``) on the submit host gets 403 from the scheduler's HTTP
+server, and on each node from that node's worker, on every path; the owner opens the
+dashboard with the link in the file the run names; no command line or environment of any
+process the plugin started (scheduler, srun steps, supervisors, workers) holds key
+material or the HTTP token; the certificate lives no longer than the allocation; and
+every output is right."""
 
 from __future__ import annotations
 
