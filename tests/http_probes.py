@@ -77,12 +77,19 @@ class OwnerSession:
 
     def get(self, target: str, headers: dict[str, str] | None = None) -> tuple[int, str, str]:
         """(status, Location, body) of one GET, sending the cookies kept so far."""
+        return self.request("GET", target, headers)
+
+    def request(
+        self, method: str, target: str, headers: dict[str, str] | None = None
+    ) -> tuple[int, str, str]:
+        """(status, Location, body) of one request (a small body with POST, PUT, PATCH)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
         sent = dict(headers or {})
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        payload = b'{"a": 1}' if method in ("POST", "PUT", "PATCH") else None
         try:
-            conn.request("GET", target, headers=sent)
+            conn.request(method, target, body=payload, headers=sent)
             answer = conn.getresponse()
             body = answer.read().decode(errors="replace")
         finally:

@@ -124,8 +124,17 @@ def handlers() -> tuple[type, type]:
     """The two handlers the check answers with itself: (refused, link with the token)."""
     from tornado import web
 
+    class EveryMethod(tuple[str, ...]):
+        """Every HTTP method: tornado answers one not in SUPPORTED_METHODS with its own 405
+        before :meth:`TokenRefused.prepare`; the refusal is the same 403 for all."""
+
+        def __contains__(self, method: object) -> bool:
+            return True
+
     @web.stream_request_body  # the body of a refused request is never read
     class TokenRefused(web.RequestHandler):
+        SUPPORTED_METHODS = EveryMethod()
+
         def prepare(self) -> None:
             self.set_status(403)
             self.set_header("Content-Type", "text/plain; charset=utf-8")

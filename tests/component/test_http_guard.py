@@ -2,7 +2,8 @@
 (``worker.dask_main`` with the scheduler preload, the dashboard set up at its first
 visit), without Snakemake: every path refused without the token, and a refused request
 never sets the dashboard up; the link sets the cookie and sends on without the token; the
-cookie and the ``Authorization`` header get through; no token file, no scheduler."""
+cookie and the ``Authorization`` header get through; no token file, no scheduler. Every
+method is refused alike (tornado's own 405 would answer an unknown one first)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ TOKEN = "component-test-token-0123456789abcdefghijklmnop"
 def scheduler_argv(scheduler_file: Path) -> list[str]:
     return [
         sys.executable, "-m", DASK_MAIN_MODULE, "distributed.cli.dask_scheduler",
-        "--scheduler-file", str(scheduler_file), "--host", "127.0.0.1",
+        "--scheduler-file", str(scheduler_file), "--host", "127.0.0.1", "--port", "0",
         "--dashboard-address", "127.0.0.1:0", "--no-dashboard",
         "--preload", SCHEDULER_PRELOAD_MODULE,
     ]  # fmt: skip
@@ -75,6 +76,9 @@ def test_without_the_token_every_path_is_refused_and_sets_nothing_up(
     for path in (*PATHS, "/status?token=wrong", "/status/ws"):
         status, location, body = stranger.get(path, {"Authorization": "token wrong"})
         assert (status, location, body) == (403, "", REFUSED), path
+    for method in ("HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "PROPFIND"):
+        status, _, body = stranger.request(method, "/json/identity.json")
+        assert (status, body) == (403, "" if method == "HEAD" else REFUSED), method
     assert stranger.set_cookies == []
     assert stranger.upgrade("/status/ws") == 403
     assert "dashboard pages set up" not in log.read_text()
