@@ -14,6 +14,7 @@ import http.client
 import os
 import re
 import socket
+import ssl
 import stat
 import subprocess
 import urllib.parse
@@ -70,8 +71,8 @@ def other_user_statuses(
 class OwnerSession:
     """The owner's browser, reduced: one host and port, the cookies it was given."""
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, https: bool = False) -> None:
+        self.host, self.port, self.https = host, port, https
         self.cookies: dict[str, str] = {}
         self.set_cookies: list[str] = []
 
@@ -83,7 +84,13 @@ class OwnerSession:
         self, method: str, target: str, headers: dict[str, str] | None = None
     ) -> tuple[int, str, str]:
         """(status, Location, body) of one request (a small body with POST, PUT, PATCH)."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        conn = (
+            http.client.HTTPSConnection(
+                self.host, self.port, timeout=60, context=ssl._create_unverified_context()
+            )
+            if self.https
+            else http.client.HTTPConnection(self.host, self.port, timeout=60)
+        )
         sent = dict(headers or {})
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())

@@ -3,10 +3,13 @@
 visit), without Snakemake: every path refused without the token, and a refused request
 never sets the dashboard up; the link sets the cookie and sends on without the token; the
 cookie and the ``Authorization`` header get through; no token file, no scheduler. Every
-method is refused alike (tornado's own 405 would answer an unknown one first)."""
+method is refused alike (tornado's own 405 would answer an unknown one first); over HTTPS
+(Dask's dashboard TLS settings) the same, with a ``Secure`` cookie."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import subprocess
 import sys
@@ -40,13 +43,13 @@ def scheduler_argv(scheduler_file: Path) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+@contextlib.contextmanager
+def guarded_scheduler(tmp: Path, extra: dict[str, str]) -> Iterator[tuple[int, Path]]:
     """(HTTP port, log) of a scheduler whose HTTP server asks for :data:`TOKEN`."""
-    tmp = tmp_path_factory.mktemp("guarded")
     (tmp / "http-token").write_text(TOKEN)
     log = tmp / "scheduler.log"
     env = {TOKEN_FILE_VARIABLE: str(tmp / "http-token"), DASHBOARD_VARIABLE: "first-visit"}
+    env.update(extra)
     with log.open("w") as sink:
         proc = subprocess.Popen(
             scheduler_argv(tmp / "scheduler.json"),
@@ -60,6 +63,12 @@ def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, P
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    with guarded_scheduler(tmp_path_factory.mktemp("guarded"), {}) as started:
+        yield started
 
 
 def _clean_env() -> dict[str, str]:
@@ -121,3 +130,24 @@ def test_without_its_token_file_the_scheduler_does_not_start(tmp_path: Path) -> 
         f"HTTP token from {missing} (No such file or directory)"
     ), done.stderr
     assert not (tmp_path / "scheduler.json").exists()
+
+
+def test_over_https_the_same_and_the_cookie_is_secure(tmp_path: Path) -> None:
+    from snakemake_executor_plugin_dask_slurm.clusters.security import make_credentials
+
+    now = datetime.datetime.now(datetime.UTC)
+    key, cert = make_credentials(now, now + datetime.timedelta(hours=1))
+    (tmp_path / "key.pem").write_bytes(key)
+    (tmp_path / "cert.pem").write_bytes(cert)
+    tls = {
+        "DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TLS__CERT": str(tmp_path / "cert.pem"),
+        "DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TLS__KEY": str(tmp_path / "key.pem"),
+    }
+    with guarded_scheduler(tmp_path, tls) as (port, _):
+        stranger = OwnerSession("127.0.0.1", port, https=True)
+        assert stranger.get("/json/identity.json")[:3:2] == (403, REFUSED)
+        owner = OwnerSession("127.0.0.1", port, https=True)
+        assert owner.get(f"/json/identity.json?token={TOKEN}")[:2] == (302, "/json/identity.json")
+        (cookie,) = owner.set_cookies
+        assert "Secure" in {p.strip() for p in cookie.split(";")}
+        assert owner.get("/json/identity.json")[0] == 200
