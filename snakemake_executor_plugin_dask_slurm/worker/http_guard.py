@@ -126,7 +126,7 @@ def handlers() -> tuple[type, type]:
 
     class EveryMethod(tuple[str, ...]):
         """Every HTTP method: tornado answers one not in SUPPORTED_METHODS with its own 405
-        before :meth:`TokenRefused.prepare`; the refusal is the same 403 for all."""
+        before the refusal's ``prepare``; the refusal is the same 403 for all."""
 
         def __contains__(self, method: object) -> bool:
             return True
