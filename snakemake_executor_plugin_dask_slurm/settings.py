@@ -176,9 +176,11 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={
             "help": "Where the scheduler serves the Dask dashboard. Default: loopback on "
             "the scheduler's host, a free port, reached through the SSH tunnel the plugin "
-            "prints. E.g. ':8787' serves it on every interface: the dashboard has no "
-            "login, so anyone who can reach that port sees your tasks, logs and "
-            "tracebacks.",
+            "prints. E.g. ':8787' serves it on every interface: every page still asks for "
+            "the run's token (in the link the plugin prints), but anyone who can reach "
+            "that port can ask, and over plain HTTP the link and its cookie cross the "
+            "network readable (serve it over HTTPS with Dask's "
+            "distributed.scheduler.dashboard.tls settings, or keep the SSH tunnel).",
             "env_var": True,
         },
     )

@@ -3,7 +3,10 @@ processes can use its Dask cluster (a plain-TCP client, a TLS client with other
 credentials and a ``dask worker`` without the run's credentials are all turned away, and
 the run goes on unharmed); the credentials are private files, never in a command line or
 an environment, gone after the run however it ends; the dashboard is the real one, on
-loopback. The SLURM side (probes from another node) is in tests/test_slurm_security.py.
+loopback, and every HTTP port of the run (the scheduler's, the worker's) answers another
+user (``nobody``) 403 on every path, while the owner opens it with the printed link; its
+token is in no command line, environment, file others can read, nor Snakemake's log. The
+SLURM side (probes from another node) is in tests/test_slurm_security.py.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import socket
 import stat
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +29,14 @@ from cryptography import x509
 from snakemake_executor_plugin_dask_slurm.clusters.security import CLOCK_SKEW, DEFAULT_LIFETIME
 from tests.appenders import check_outputs
 from tests.conftest import VENV_BIN, Workflow, live_processes
+from tests.http_probes import (
+    PATHS,
+    OwnerSession,
+    holding,
+    other_user_statuses,
+    page_resources,
+    readable_by_others,
+)
 from tests.intruders import (
     foreign_credentials,
     key_secrets,
@@ -65,7 +75,9 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
         "--config", f"token={workflow.token}", f"count={COUNT}", f"steps={STEPS}",
         f"hold={hold}",
     ]  # fmt: skip
-    with out.open("w") as sink:
+    # Only the user reads the run's output (a terminal, or a private file): the link with
+    # the token is printed there.
+    with os.fdopen(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as sink:
         proc = subprocess.Popen(
             argv, cwd=workflow.path, env=workflow.env(), stdout=sink, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -83,7 +95,7 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
         assert creds.name == f"tls-{socket.gethostname()}-{proc.pid}"
         assert stat.S_IMODE(creds.stat().st_mode) == 0o700
         files = sorted(p.name for p in creds.iterdir())
-        assert files == ["run-ca-and-cert.pem", "run-key.pem"]
+        assert files == ["dashboard-link", "http-token", "run-ca-and-cert.pem", "run-key.pem"]
         assert all(stat.S_IMODE((creds / f).stat().st_mode) == 0o600 for f in files)
         cert_path, key_path = str(creds / "run-ca-and-cert.pem"), str(creds / "run-key.pem")
         cert = x509.load_pem_x509_certificate((creds / "run-ca-and-cert.pem").read_bytes())
@@ -118,10 +130,18 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
         text = out.read_text()
         # Local mode: the scheduler runs on the user's machine; the link only, no tunnel.
         link = re.search(
-            r"Dask dashboard: http://127\.0\.0\.1:(\d+)/status \(loopback only\)\n", text
-        )
+            r"dask-slurm: Dask dashboard: http://127\.0\.0\.1:(\d+)/status\?token=(\S+) "
+            r"\(loopback only\)\n", text
+        )  # fmt: skip
         assert link, text
-        port = int(link[1])
+        port, token = int(link[1]), link[2]
+        assert token == (creds / "http-token").read_text()
+        assert (creds / "dashboard-link").read_text() == link[0][len("dask-slurm: ") :]
+        assert (
+            f"Dask dashboard: http://127.0.0.1:{port}/status (loopback only); its pages answer "
+            "only with this run's token: the link with it is printed above, not in "
+            f"Snakemake's log file, and kept in {creds}/dashboard-link (only you can read it)\n"
+        ) in text
         assert "ssh -N" not in text, text
         # Set up at the first visit (worker/scheduler_preload.py), not at the start.
         scheduler_log = workflow.path / ".snakemake/dask-slurm/logs/scheduler.log"
@@ -134,11 +154,8 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
         assert set(dask) == {"dask_scheduler", "dask_worker"}, dask
         assert {kind: maps_numpy(pid) for kind, pid in dask.items()} == {
             "dask_scheduler": False, "dask_worker": False}  # fmt: skip
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30) as page:
-            body = page.read().decode()
-        assert page.status == 200 and "bokeh" in body.lower(), body[:500]
+        check_http(workflow.path, port, token, list(dask.values()), pids)
         assert "dashboard pages set up" in scheduler_log.read_text()
-        assert "needs bokeh" not in body.lower()
         assert maps_numpy(dask["dask_scheduler"]), "the dashboard's Bokeh imported NumPy"
         for pid, cmd in live_processes(workflow.token, str(tmp_path)):
             if "distributed.cli.dask_" in cmd and "intruder" not in cmd:
@@ -153,6 +170,38 @@ def test_only_the_runs_own_processes_can_use_its_cluster(
     assert code == 0, out.read_text()
     check_outputs(workflow.path, COUNT, STEPS)
     assert credential_dirs(workflow.path) == []
+
+
+def check_http(workdir: Path, port: int, token: str, dask_pids: list[int], pids: list[int]) -> None:
+    """Another user gets 403 (or no HTTP at all: the TLS ports) from every port of the
+    run's scheduler and worker, on every path and the websocket; the owner, with the
+    printed link, gets the dashboard and what it loads (the cookie), and the worker's pages;
+    the token is in no command line, no environment and no file others can read."""
+    ports = sorted({p for pid in dask_pids for _, p in listening(pid)})
+    statuses = other_user_statuses("127.0.0.1", ports)
+    assert set(statuses.values()) <= {"403", "000"}, statuses
+    http = sorted({int(label.split()[0]) for label, code in statuses.items() if code == "403"})
+    assert len(http) == 2 and port in http, statuses  # the scheduler's and the worker's
+    assert all(statuses[f"{p} {path}"] == "403" for p in http for path in PATHS), statuses
+    assert all(statuses[f"{p} websocket"] == "403" for p in http), statuses
+    scheduler_log = workdir / ".snakemake/dask-slurm/logs/scheduler.log"
+    assert "dashboard pages set up" not in scheduler_log.read_text()  # not for a stranger
+    owner = OwnerSession("127.0.0.1", port)
+    status, body = owner.follow(f"/status?token={token}")
+    assert status == 200 and "bokeh" in body.lower(), body[:500]
+    assert "needs bokeh" not in body.lower()
+    assert [owner.get(path)[0] for path in page_resources(body)] == [200] * len(
+        page_resources(body)
+    )
+    (worker_http,) = [p for p in http if p != port]
+    worker_pages = OwnerSession("127.0.0.1", worker_http)
+    worker_pages.cookies = owner.cookies  # a browser's cookies are per host, not per port
+    assert worker_pages.get("/health")[:3:2] == (200, "ok")
+    assert leaks(pids, [token.encode()]) == []
+    assert holding(readable_by_others(workdir), token) == []
+    (log,) = (workdir / ".snakemake/log").glob("*.snakemake.log")
+    assert "Dask dashboard: http://127.0.0.1" in log.read_text()
+    assert token not in log.read_text()
 
 
 def maps_numpy(pid: int) -> bool:

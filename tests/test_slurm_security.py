@@ -1,9 +1,12 @@
 """Secure by default inside a real allocation of the project's SLURM test cluster: during a
 run on three nodes, processes on another node (its own network namespace) without the
 run's credentials cannot use the cluster, nor reach the dashboard or the workers' HTTP
-servers; no command line or environment of any process the plugin started (scheduler,
-srun steps, supervisors, workers) holds key material; the certificate lives no longer
-than the allocation; and every output is right."""
+servers; another user (``nobody``) on the submit host gets 403 from the scheduler's HTTP
+server, and on each node from that node's worker, on every path; the owner opens the
+dashboard with the link in the file the run names; no command line or environment of any
+process the plugin started (scheduler, srun steps, supervisors, workers) holds key
+material or the HTTP token; the certificate lives no longer than the allocation; and
+every output is right."""
 
 from __future__ import annotations
 
@@ -14,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,9 +26,11 @@ from cryptography import x509
 from snakemake_executor_plugin_dask_slurm.clusters.security import CLOCK_SKEW
 from tests.appenders import check_outputs, started
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+from tests.http_probes import OwnerSession, holding, other_user_statuses, readable_by_others
 from tests.intruders import (
     can_connect,
     foreign_credentials,
+    in_netns,
     key_secrets,
     leaks,
     listening,
@@ -111,24 +115,49 @@ def test_another_nodes_processes_cannot_use_the_runs_cluster(
         assert leaks(ours, key_secrets(Path(key_path).read_bytes())) == []
 
         # The dashboard: the real page on the scheduler host's loopback, nothing from
-        # another node; the printed tunnel names this host and the port.
+        # another node; the printed tunnel names this host and the port. salloc's output
+        # here is a file others may read: the line names the file with the link, not the token.
         text = out.read_text()
         link = re.search(r"Dask dashboard: http://127\.0\.0\.1:(\d+)/status on (\S+)", text)
         assert link and link[2] == socket.gethostname(), text
         port = int(link[1])
         assert re.search(rf"'ssh -N -L {port}:127\.0\.0\.1:{port} (-J \S+ )?{link[2]}'", text)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as page:
-            assert page.status == 200 and "bokeh" in page.read().decode().lower()
+        token = (creds / "http-token").read_text()
+        assert f"the link with it is in {creds}/dashboard-link (only you can read it)" in text
+        assert f"/status?token={token} on {link[2]}" in (creds / "dashboard-link").read_text()
         assert not can_connect(slurm_cluster.login_address, port, netns=other)
+        # Another user of the submit host: 403 everywhere; the owner: the dashboard.
+        statuses = other_user_statuses("127.0.0.1", [port])
+        assert set(statuses.values()) == {"403"}, statuses
+        owner = OwnerSession("127.0.0.1", port)
+        status, body = owner.follow(f"/status?token={token}")
+        assert status == 200 and "bokeh" in body.lower(), body[:500]
 
-        # Each worker's own HTTP server: loopback of its node, not reachable from here.
+        # Each worker's own HTTP server: loopback of its node, not reachable from here;
+        # another user on that node gets 403, the token's holder an answer.
         workers = [pid for pid in ours if "dask_worker" in Path(f"/proc/{pid}/cmdline").read_text()]
         assert sorted(node_of(pid) for pid in workers) == ["n1", "n2", "n3"]
+        header = tmp_path / "authorization"
+        header.write_text(f"Authorization: token {token}\n")
         for pid in workers:
             node = node_of(pid)
             http = [p for ip, p in listening(pid) if ip == "127.0.0.1"]
             assert len(http) == 1, listening(pid)
             assert not can_connect(addresses[node], http[0]), (node, http)
+            netns = f"dask-slurm-{node}"
+            statuses = other_user_statuses("127.0.0.1", http, netns=netns)
+            assert set(statuses.values()) == {"403"}, (node, statuses)
+            health = subprocess.run(
+                in_netns(["curl", "-s", "-m", "5", "-H", f"@{header}",
+                          f"http://127.0.0.1:{http[0]}/health"], netns),
+                capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert health.stdout == "ok", (node, health)
+
+        # The token: in no command line or environment, no file others can read.
+        assert leaks(ours, [token.encode()]) == []
+        assert token not in out.read_text()
+        assert holding(readable_by_others(workdir), token) == []
     finally:
         for intruder in intruders:
             intruder.kill()

@@ -16,14 +16,16 @@ import contextlib
 import logging
 import os
 import socket
+import stat
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from ..errors import DaskSlurmError
-from ..report.hints import dashboard_hint
+from ..report.hints import dashboard_hint, token_note
 from ..worker.clock import AllocationEnd, Runway, without_runway
 from ..worker.supervisor import Swept
 from .security import PlainTcp, RunSecurity
@@ -254,22 +256,45 @@ def connect(
         ) from e
 
 
-def dashboard_line(client: Client, bind_address: str | None, tunnel: bool = True) -> str | None:
+def private_stream(stream: TextIO) -> bool:
+    """Whether what is written to ``stream`` is read by its owner alone: a terminal or a
+    file of this user's that nobody else may read (a pipe may end anywhere: not private)."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError):  # closed, or not a file (io.StringIO)
+        return False
+    kind = stat.S_ISCHR(st.st_mode) or stat.S_ISREG(st.st_mode)
+    return kind and st.st_uid == os.getuid() and not st.st_mode & 0o044
+
+
+def dashboard_line(
+    client: Client, bind_address: str | None, tunnel: bool = True,
+    security: RunSecurity | None = None,
+) -> str | None:  # fmt: skip
     """Where the dashboard is and how to reach it, or None when the scheduler serves none.
     ``bind_address`` is --dask-slurm-dashboard-address (None: loopback); ``tunnel``: say
-    the SSH tunnel to it (not for a scheduler on the user's own machine)."""
+    the SSH tunnel to it (not for a scheduler on the user's own machine).
+
+    With an HTTP token (``security``), the line (which goes to Snakemake's log, often
+    readable by others) names the links without it, and where the links with it are: in
+    a file only the user can read, and printed on stderr when that is the user's own
+    terminal or private file (never through logging, whose handlers may write anywhere)."""
     port = client.scheduler_info(n_workers=0).get("services", {}).get("dashboard")
     if port is None:
         return None
     bound = (bind_address or "127.0.0.1:0").rpartition(":")[0].strip("[]")
-    return dashboard_hint(
-        int(port),
-        bound,
-        socket.gethostname(),
-        os.environ.get("SLURM_SUBMIT_HOST"),
-        client.dashboard_link,
-        tunnel,
-    )
+    here, submit = socket.gethostname(), os.environ.get("SLURM_SUBMIT_HOST")
+    link = client.dashboard_link
+    token = security.http_token() if security is not None else None
+    if security is None or token is None:
+        return dashboard_hint(int(port), bound, here, submit, link, tunnel)
+    full = dashboard_hint(int(port), bound, here, submit, link, tunnel, f"?token={token}", True)
+    kept = security.keep_link(full)
+    shown = private_stream(sys.stderr)
+    if shown:
+        print(f"dask-slurm: {full}", file=sys.stderr, flush=True)
+    note = token_note(str(kept) if kept else None, shown)
+    return dashboard_hint(int(port), bound, here, submit, link, tunnel, "", True) + note
 
 
 def worker_count(client: Client) -> int:

@@ -206,7 +206,9 @@ class ProcessCluster(ClusterSource):
     def dashboard_lines(self) -> list[str]:
         if self.client is None or not self.show_dashboard:
             return []
-        line = dashboard_line(self.client, self.dashboard_bind, self.dashboard_tunnel)
+        line = dashboard_line(
+            self.client, self.dashboard_bind, self.dashboard_tunnel, self.security
+        )
         return [line] if line else []
 
     def worker_hint(self) -> str:

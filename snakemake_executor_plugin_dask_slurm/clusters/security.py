@@ -13,6 +13,14 @@ leaves them, and the next run in the same run directory removes them.
 
 :class:`PlainTcp` is ``--dask-slurm-insecure``; :class:`AttachSecurity` is what a user
 gives for a scheduler somebody else started.
+
+The same directory holds the run's HTTP token (``http-token``: the scheduler's and the
+workers' HTTP servers answer only requests that carry it, see
+:mod:`..worker.http_guard`), whose path, not the token, the processes get in
+:data:`..worker.http_guard.TOKEN_FILE_VARIABLE`, and the dashboard's link with the token
+(``dashboard-link``), for its owner. With ``--dask-slurm-insecure`` there is neither:
+anyone who can reach the scheduler can run code as you, and the HTTP pages are Dask's,
+open as Dask leaves them (on loopback by default).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import secrets
 import shutil
 import socket
 from dataclasses import dataclass
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DaskSlurmError
+from ..worker.http_guard import TOKEN_FILE_VARIABLE
 from ..worker.proctree import pid_alive
 
 #: Certificates are valid from this long before they are made: node clocks drift.
@@ -80,6 +90,15 @@ class RunSecurity:
 
     def close(self) -> None:
         """Remove whatever :meth:`prepare` made; safe to call more than once."""
+
+    def http_token(self) -> str | None:
+        """The token the run's HTTP servers ask for (None: they ask for none)."""
+        return None
+
+    def keep_link(self, link: str) -> Path | None:
+        """Write the dashboard's ``link`` (with the token) to a file only its owner can
+        read; that file (None: nowhere to keep it)."""
+        return None
 
 
 class PlainTcp(RunSecurity):
@@ -169,6 +188,14 @@ class RunCredentials(RunSecurity):
     def key(self) -> Path:
         return self.directory / "run-key.pem"
 
+    @property
+    def token_file(self) -> Path:
+        return self.directory / "http-token"
+
+    @property
+    def link_file(self) -> Path:
+        return self.directory / "dashboard-link"
+
     def prepare(self) -> None:
         remove_stale(self.directory.parent, socket.gethostname())
         self.close()  # never reuse files found there: new credentials for every cluster
@@ -188,6 +215,7 @@ class RunCredentials(RunSecurity):
             self.directory.chmod(0o700)  # whatever the umask
             write_private(self.key, key)
             write_private(self.cert, cert)
+            write_private(self.token_file, secrets.token_urlsafe(32).encode())
         except OSError as e:
             self.close()
             raise DaskSlurmError(
@@ -207,7 +235,21 @@ class RunCredentials(RunSecurity):
         return self._files()  # the protocol comes with the scheduler's address
 
     def env(self) -> tuple[tuple[str, str], ...]:
-        return REQUIRE_ENCRYPTION
+        return (*REQUIRE_ENCRYPTION, (TOKEN_FILE_VARIABLE, str(self.token_file)))
+
+    def http_token(self) -> str | None:
+        try:
+            return self.token_file.read_text().strip() or None
+        except OSError:
+            return None
+
+    def keep_link(self, link: str) -> Path | None:
+        try:
+            self.link_file.unlink(missing_ok=True)
+            write_private(self.link_file, f"{link}\n".encode())
+        except OSError:
+            return None
+        return self.link_file
 
     def client(self) -> Any:
         from distributed.security import Security

@@ -53,24 +53,43 @@ def dashboard_hint(
     submit_host: str | None,
     reachable_link: str,
     tunnel: bool = True,
+    query: str = "",
+    guarded: bool = False,
 ) -> str:
     """Where to open the dashboard, and the SSH tunnel a user types on a laptop to reach
     one bound to loopback on ``here`` (through ``submit_host``, the login node ``salloc``
     or ``sbatch`` ran on, when that is another host). ``tunnel`` False: the scheduler runs
-    where the user runs Snakemake, outside SLURM (local mode), so the link is all there is."""
+    where the user runs Snakemake, outside SLURM (local mode), so the link is all there is.
+    ``query`` (``?token=...``) follows every link; ``guarded``: its pages ask for a token."""
     if bound_host not in ("127.0.0.1", "localhost", "::1"):
-        return (
-            f"Dask dashboard: {reachable_link} (served on {bound_host or 'every interface'}"
-            ", without a login: anyone who can reach that port can see it)"
+        who = (
+            ": anyone who can reach that port can ask, and plain HTTP carries the token "
+            "readable across the network"
+            if guarded
+            else ", without a login: anyone who can reach that port can see it"
         )
+        served = bound_host or "every interface"
+        return f"Dask dashboard: {reachable_link}{query} (served on {served}{who})"
     if not tunnel:
-        return f"Dask dashboard: http://127.0.0.1:{port}/status (loopback only)"
+        return f"Dask dashboard: http://127.0.0.1:{port}/status{query} (loopback only)"
     jump = ["-J", submit_host] if submit_host and submit_host not in (here, "localhost") else []
     ssh = " ".join(["ssh", "-N", "-L", f"{port}:127.0.0.1:{port}", *jump, here])
     return (
-        f"Dask dashboard: http://127.0.0.1:{port}/status on {here} (loopback only); from "
-        f"your laptop run '{ssh}', then open http://localhost:{port}/status"
+        f"Dask dashboard: http://127.0.0.1:{port}/status{query} on {here} (loopback only); "
+        f"from your laptop run '{ssh}', then open http://localhost:{port}/status{query}"
     )
+
+
+def token_note(kept: str | None, shown: bool) -> str:
+    """What the dashboard's line (which goes to Snakemake's log: often readable by others)
+    says of the link with the token: where its owner finds it."""
+    note = "; its pages answer only with this run's token"
+    if shown:
+        note += ": the link with it is printed above, not in Snakemake's log file"
+        return note + (f", and kept in {kept} (only you can read it)" if kept else "")
+    if kept:
+        return note + f": the link with it is in {kept} (only you can read it)"
+    return note + ", and the file for its link could not be written (see the lines above)"
 
 
 def blame_setting(said: str, settings: Mapping[str, Sequence[str]]) -> str | None:

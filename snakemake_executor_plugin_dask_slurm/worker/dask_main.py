@@ -28,6 +28,11 @@ the cluster (:mod:`..clusters.early`), so that the warm process, started here fi
 Snakemake while Snakemake's own process is still busy with its start (one core idle then).
 No line (stdin closed: the run ended before its cluster's launch): the process exits 1,
 saying so, and its warm process with it.
+
+Before Dask's command runs, the run's HTTP token check is installed (:func:`guard_http`,
+:mod:`.http_guard`): the scheduler's and the workers' HTTP servers answer only requests
+that carry the run's token. For a worker started early, once its arguments have come
+(the token file is made with the run's credentials, before the cluster's launch).
 """
 
 from __future__ import annotations
@@ -121,6 +126,19 @@ def read_args_line(fd: int = 0) -> list[str] | None:
     return args
 
 
+def guard_http(module: str) -> None:
+    """Put this run's token check in front of the HTTP server Dask's command is about to
+    make (:mod:`.http_guard`), or exit saying why it cannot be: never serve unchecked."""
+    from . import http_guard
+
+    try:
+        token = http_guard.read_token()
+    except http_guard.TokenUnreadable as e:
+        sys.exit(f"dask-slurm: {module} not started: {e}")
+    if token is not None:
+        http_guard.install(token)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     deferred = args[:1] == [ARGS_ON_STDIN]
@@ -151,6 +169,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         rest = [*rest, *more]
     block_numpy()
+    guard_http(module)
     sys.argv = [sys.argv[0], *rest]  # run_module sets argv[0] to the module's file, as -m does
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

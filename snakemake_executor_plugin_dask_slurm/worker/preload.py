@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import proctree, timing, warm_host
+from . import http_guard, proctree, timing, warm_host
 from .clock import landing_from_env
 from .running import JOBS, KILL_GRACE_SECONDS, end_running_jobs
 
@@ -92,6 +92,11 @@ def _chore(chore: Callable[[], object]) -> None:
 
 def dask_setup(worker: Any) -> None:
     """Worker preload hook: adopt the jobs' orphans, and end those of finished jobs."""
+    stopped = http_guard.enforce(worker)  # the token check is there, or no HTTP at all
+    if stopped:
+        import logging
+
+        logging.getLogger("distributed.worker").warning(stopped)
     JOBS.in_worker = True
     JOBS.closing = False
     JOBS.landing_at = landing_from_env(os.environ)

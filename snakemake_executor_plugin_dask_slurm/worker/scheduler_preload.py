@@ -35,7 +35,9 @@
   port the plugin prints), and the first request the HTTP server has no page for imports
   Dask's dashboard (Bokeh: 0.7 CPU-s, which every run paid on the scheduler's start, on
   the way to its first job) and adds its pages, then sends the browser back to the same
-  address. A run nobody watches never imports it.
+  address. A run nobody watches never imports it. Only a request with the run's token
+  gets that far (:mod:`.http_guard`, installed before the scheduler made its HTTP server;
+  checked here): a refused one never sets the pages up.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ import os
 import time
 from typing import Any
 
-from . import dask_main, quick_exit
+from . import dask_main, http_guard, quick_exit
 from .clock import RUNWAY_PREFIX, point_of
 
 #: Set (to anything) in the scheduler's environment: set up the dashboard's pages at their
@@ -260,7 +262,12 @@ def dask_setup(scheduler: Any) -> None:
     scheduler.handlers[LAND_HANDLER] = lambda names: land(scheduler, names)
     scheduler.handlers[RUNWAY_HANDLER] = lambda step: start_runway(scheduler, int(step))
     balance_on_arrival(scheduler)
-    if os.environ.get(DASHBOARD_VARIABLE):
+    stopped = http_guard.enforce(scheduler)  # the token check is there, or no HTTP at all
+    if stopped:
+        import logging
+
+        logging.getLogger("distributed.scheduler").warning(stopped)
+    elif os.environ.get(DASHBOARD_VARIABLE):
         dashboard_on_first_visit(scheduler)
     owner = os.environ.get("DASK_SLURM_OWNER_PID")
     if not owner:
