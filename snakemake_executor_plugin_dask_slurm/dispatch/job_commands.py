@@ -79,10 +79,6 @@ def env_modules_of(rule: Any, workflow: Any) -> Any:
     return deployment.rule_software(rule, workflow).modules
 
 
-#: The key the job command built for :meth:`JobCommandBuilder.prime_request` carries.
-PRIME_KEY = "dask-slurm-prime"
-
-
 def warm_spec(
     command: str, group: bool, log_dir: str, found: JobCommand | Unsplittable | None = None
 ) -> WarmSpec | Cold:
@@ -271,7 +267,7 @@ class JobCommandBuilder:
         cannot be built yet (it then starts the warm process itself). A job of a group
         (Snakemake's scheduler forms the group jobs later) counts by its own job command:
         the group's differs only in what each job's command has of its own
-        (:func:`..warm.snakemake_side.general_argv`), so its first group job finds the
+        (:func:`..warm.snakemake_side.parse_key`), so its first group job finds the
         same parse."""
         if not self.warm:
             return None

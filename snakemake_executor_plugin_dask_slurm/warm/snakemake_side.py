@@ -79,7 +79,7 @@ class _Primed(BaseException):
         self.workflow = workflow
 
 
-def general_argv(argv: Sequence[str], nargs: dict[str, Any]) -> tuple[str, ...]:
+def parse_key(argv: Sequence[str], nargs: dict[str, Any]) -> tuple[str, ...]:
     """``argv`` without the per-job arguments (:data:`PER_JOB_FLAGS` and their values,
     consumed as argparse would: ``nargs`` per flag): the key of one parse."""
     kept: list[str] = []

@@ -155,13 +155,13 @@ def test_the_key_of_a_parse_leaves_out_exactly_the_per_job_arguments() -> None:
         "2", "--attempt", "3", "--wait-for-files=/tmp/y", "--force", "--config", "k=v",
         "--mode", "remote",
     ]  # fmt: skip
-    key = snakemake_side.general_argv(one, NARGS)
+    key = snakemake_side.parse_key(one, NARGS)
     assert key == (
         "--snakefile", "/w/S", "--cores", "2", "--force", "--config", "k=v", "--mode", "remote",
     )  # fmt: skip
-    assert snakemake_side.general_argv(other, NARGS) == key
+    assert snakemake_side.parse_key(other, NARGS) == key
     changed = [*other[:-3], "k=w", "--mode", "remote"]
-    assert snakemake_side.general_argv(changed, NARGS) != key
+    assert snakemake_side.parse_key(changed, NARGS) != key
 
 
 def test_the_end_of_run_line_counts_each_reason() -> None:
