@@ -68,6 +68,7 @@ class Executor(RemoteExecutor):
     def __init__(self, workflow: Any, logger: Any) -> None:
         # Set before the base class starts the status thread, which may use them at once.
         self._run: WiredRun | None = None  # set at once, when every part of it is wired
+        self._registry = JobRegistry()  # its log directory is known in __post_init__
         self._wakeup = Wakeup(STATUS_SETTLE, lambda: self._registry.in_flight() >= SETTLE_FROM)
         self._closed = False
         self._started = False
@@ -92,9 +93,7 @@ class Executor(RemoteExecutor):
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
         log_dir = self.config.run_dir / "logs"
-        # Made here, with its log directory: the status thread and the wake-up read it
-        # only once the run started.
-        self._registry = JobRegistry(logs=str(log_dir))
+        self._registry.logs = str(log_dir)  # (a value for its messages; read once started)
         self._builder = JobCommandBuilder(
             workflow=self.workflow,
             workdir=str(workdir),
