@@ -85,7 +85,7 @@ class Executor(RemoteExecutor):
         from .. import snakemake_internals
         from ..config import resolve
         from ..dispatch.job_commands import JobCommandBuilder
-        from .run import PlannedRun, cap_local_threads, given_cores
+        from .run import PlannedRun, cap_local_threads, check_run, given_cores
 
         snakemake_internals.install(self._said.info)
         snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
@@ -107,6 +107,7 @@ class Executor(RemoteExecutor):
         self._said.info(f"{self.config.cluster} ({self.config.cluster_reason})")
         for warning in self.config.warnings:
             self._said.warn(warning)
+        check_run(self.config)
         cores = given_cores(self.workflow)
         self._local_cores = cap_local_threads(self.config, self.workflow, cores, self._said.info)
         self._planned = PlannedRun.plan(
