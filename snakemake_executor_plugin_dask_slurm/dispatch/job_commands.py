@@ -144,9 +144,11 @@ class JobCommandBuilder:
             self._rule_not_direct[name] = found
         return found
 
-    def choose(self, job: Any, group: bool) -> Chosen:
+    def choose(self, job: Any, group: bool, tell: bool = True) -> Chosen:
         """``job``'s way and what it runs; ``group``: a group job, or a job of a group
-        Snakemake forms later (its own job command is read)."""
+        Snakemake forms later (its own job command is read); ``tell``: the detail log
+        says the rule's general way (once; not for :meth:`prime_request`, which runs
+        before the detail log is open)."""
         facts, draft = self._direct_facts(job, group)
         if draft is not None:
             return Chosen(decide(facts), draft)
@@ -166,7 +168,7 @@ class JobCommandBuilder:
             facts.direct_shell, facts.warm, facts.group, facts.rule, facts.job, deployment, found
         )
         way = decide(facts)
-        if job.name not in self._told:
+        if tell and job.name not in self._told:
             self._tell(job, facts, way)
         return Chosen(way, None, command, found)
 
@@ -282,7 +284,7 @@ class JobCommandBuilder:
             if job.is_local:  # Snakemake runs it itself (a target rule, localrules)
                 continue
             try:
-                chosen = self.choose(job, job.group is not None)
+                chosen = self.choose(job, job.group is not None, tell=False)
             except Exception:
                 continue
             if isinstance(chosen.way, Warm):

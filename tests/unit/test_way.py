@@ -183,6 +183,10 @@ def test_the_detail_log_says_once_per_rule_why_not_direct_and_warm_or_cold(
     detail.setLevel(logging.INFO)  # (setLevel: the logger caches whether it is enabled)
     try:
         made = builder(monkeypatch, {"s": SHADOW, "c": SHADOW}, {"t": TMPDIR}, {"c": "conda:"})
+        # the prime request looks at the rules before the detail log is open: it tells
+        # nothing, and the rules' jobs still do
+        assert made.prime_request([job("c"), job("s")]) == primed("s")
+        assert lines == []
         for name in ("thin", "s", "s", "t", "c", "c"):
             made._draft(job(name), "k")
     finally:
