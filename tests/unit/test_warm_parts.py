@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.cold_ways import ColdWays
-from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import warm_spec
+from snakemake_executor_plugin_dask_slurm.dispatch.general_command import parsed
+from snakemake_executor_plugin_dask_slurm.dispatch.way import Facts, Warm, decide
 from snakemake_executor_plugin_dask_slurm.warm import command as command_module
 from snakemake_executor_plugin_dask_slurm.warm import marker, snakemake_side
 from snakemake_executor_plugin_dask_slurm.warm.command import (
@@ -122,13 +123,13 @@ def test_a_members_request_names_the_group_job_it_is_given() -> None:
     ],
 )
 def test_other_shapes_of_command_go_the_cold_way(command: str) -> None:
-    assert isinstance(warm_spec(command, False, "/logs"), Cold)
+    assert isinstance(decide(Facts(False, True, command=parsed(command))), Cold)
 
 
-def test_a_group_runner_command_goes_warm_as_a_group() -> None:
+def test_a_group_runner_command_goes_warm() -> None:
     command = "/p -m snakemake_executor_plugin_dask_slurm.dispatch.group_runner --cores 2"
-    spec = warm_spec(command, True, "/logs")
-    assert not isinstance(spec, Cold) and spec.group and spec.argv == ("--cores", "2")
+    way = decide(Facts(True, True, group=True, command=parsed(command)))
+    assert isinstance(way, Warm) and way.command.argv == ("--cores", "2")
 
 
 NARGS = {
