@@ -102,7 +102,7 @@ class Server:
         try:
             workflow = snakemake_side.prime(list(self.first["argv"]))
         except snakemake_side.NotWarmable as e:
-            return Cold(e.why, str(e))
+            return Cold(e.why, e.detail)
         except (Exception, Effect) as e:
             if self.recorder.effects:
                 return Cold(Why.PARSE_EFFECTS, str(self.recorder.effects[0]))

@@ -98,3 +98,17 @@ def test_a_warm_process_that_could_not_start_sends_every_later_job_cold(
     spec = TaskSpec("k", ("true",), "/", (), "/nonexistent/k.log", None, warm=warm)
     assert host.start(spec) == refused
     assert host.start(spec) == refused and host.pids() == set()
+
+
+def test_the_jobs_of_a_warm_process_that_could_not_start_say_so_once() -> None:
+    """What a pending or running job of a warm process that could not start is told
+    (warm_link's ``_gone``): the start named once, the reason's text and its detail."""
+    from snakemake_executor_plugin_dask_slurm.worker.warm_link import could_not_start
+
+    assert could_not_start(Cold(Why.CANNOT_START, "OSError: x")) == (
+        "the worker's warm process could not start (OSError: x)"
+    )
+    assert could_not_start(Cold(Why.INTERNALS_CHANGED, "Snakemake 9.1, missing: x")) == (
+        "the warm process could not start: this Snakemake's internals differ from those the "
+        "warm path knows (Snakemake 9.1, missing: x)"
+    )
