@@ -767,6 +767,27 @@ def test_on_a_snakemake_the_reading_was_not_written_for_no_rule_goes_direct(
     )
 
 
+def test_the_shell_rule_guard_checks_the_rule_function_and_what_run_wrapper_passes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SHELL_RULE fails where the direct way's formatting would read what is not there:
+    ``Rule.run_func``, or an argument run_wrapper no longer passes (RUN_WRAPPER_LOCALS)."""
+    from snakemake.rules import Rule
+
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell
+
+    assert shell.SHELL_RULE.matches()
+    monkeypatch.setattr(shell, "RUN_WRAPPER_LOCALS", shell.RUN_WRAPPER_LOCALS | {"gone"})
+    assert not shell.SHELL_RULE.matches()
+    monkeypatch.undo()
+
+    def init(self: object, *args: object) -> None:
+        self.renamed = None  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Rule, "__init__", init)
+    assert not shell.SHELL_RULE.matches()
+
+
 class FakeWorkflowApi:
     """What the warm parse reads and writes of a ``WorkflowApi``."""
 
