@@ -221,6 +221,18 @@ def module() -> Any:
     return importlib.import_module("snakemake.shell")
 
 
+def subprocess_module() -> Any:
+    """The ``subprocess`` module ``shell()`` starts its process with (``sp``: swapped by
+    :func:`swap_subprocess`)."""
+    return module().sp
+
+
+def executable() -> str | None:
+    """The shell ``shell()`` runs (``shell.executable()``; None: Snakemake's default)."""
+    found: str | None = module().shell.get_executable()
+    return found
+
+
 def swap_subprocess(make: Any) -> Any:
     """Replace the ``subprocess`` module that ``shell()`` starts its process with by
     ``make(subprocess, shell's STDOUT)``; what it was."""

@@ -25,6 +25,7 @@ import sys
 import weakref
 from typing import Any, NoReturn, cast
 
+from ..snakemake_internals import cli as internal_cli
 from ..worker.warm_protocol import (
     Exited,
     Inbox,
@@ -119,10 +120,8 @@ class Server:
     def _fingerprint(self, workflow: Any, modules: set[str]) -> Cold | None:
         """After the parse: what it read (a job finds it changed: a new parse), the
         thread pools sized for the jobs, and the process left single-threaded."""
-        sourcecache = workflow.sourcecache
         skip = tuple(
-            os.path.join(os.path.abspath(str(p)), "")
-            for p in (sourcecache.cache_path, sourcecache.runtime_cache_path)
+            os.path.join(os.path.abspath(p), "") for p in internal_cli.source_cache_paths(workflow)
         )
         self.fingerprint = Fingerprint.of(
             self.recorder.reads,
