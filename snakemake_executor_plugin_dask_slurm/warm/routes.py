@@ -246,7 +246,7 @@ class Router:
         for task in sorted(server.sent):
             self.tasks.take_request(task)
             self.tasks.settle(task)
-            if server.refused:  # refused before it forked anything: safe to run cold
+            if server.refused:  # refused before it forked anything (primed.run_server)
                 cold = server.refused.to_wire()
                 self.send(protocol.GoCold(op=Op.COLD, key=task, cold=cold))
             else:  # it may have forked the job just before it died: lost, not cold
