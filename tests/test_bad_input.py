@@ -36,6 +36,7 @@ class Case:
     wrap: Callable[[Path], list[str]] = lambda path: []  # what Snakemake's argv runs under
     starts_nothing: bool = False  # refused before any process of the run is started
     warm: bool = False  # the workflow's job goes the warm way
+    checked_first: bool = False  # refused before local mode's threads are capped (and said)
 
 
 def stale_scheduler_file(path: Path) -> None:
@@ -113,11 +114,13 @@ CASES = {
     "run-dir-unwritable": Case(
         ("--dask-slurm-run-dir", "/proc/dask-slurm"),
         ("Cannot use /proc/dask-slurm as the plugin's run directory", "--dask-slurm-run-dir"),
+        checked_first=True,
     ),
     "run-dir-is-a-file": Case(
         ("--dask-slurm-run-dir", "rundir"),
         ("as the plugin's run directory", "rundir"),
         prepare=a_file_where_the_run_dir_goes,
+        checked_first=True,
     ),
     "usage-report-dir-in-proc": Case(
         ("--dask-slurm-usage-report-dir", "/proc/dask-slurm-reports"),
@@ -128,6 +131,7 @@ CASES = {
         ),
         within=10,
         starts_nothing=True,
+        checked_first=True,
     ),
     "usage-report-dir-under-a-file": Case(
         ("--dask-slurm-usage-report-dir", "afile/reports"),
@@ -135,6 +139,7 @@ CASES = {
         within=10,
         prepare=lambda path: (path / "afile").write_text("a file") and None,
         starts_nothing=True,
+        checked_first=True,
     ),
     "usage-report-dir-read-only": Case(
         ("--dask-slurm-usage-report-dir", "reports"),
@@ -145,6 +150,7 @@ CASES = {
         within=10,
         wrap=read_only,
         starts_nothing=True,
+        checked_first=True,
     ),
     "scheduler-file-unwritable": Case(
         ("--dask-slurm-scheduler-file", "/proc/dask-slurm/s.json"),
@@ -259,6 +265,8 @@ def test_bad_input_is_named_at_once(name: str, tmp_path: Path, no_leftovers: str
         assert text in out, out
     assert "distributed/" not in out, "a traceback from inside Dask reached the user"
     assert not (tmp_path / "a.txt").exists()
+    if case.checked_first:
+        assert "threads will be scaled down" not in out, out
     if case.starts_nothing:  # no scheduler, no worker: neither wrote its log
         assert not list((tmp_path / ".snakemake" / "dask-slurm").glob("logs/*")), out
     # (no_leftovers: nothing of the run is left running)

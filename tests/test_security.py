@@ -304,7 +304,7 @@ def test_attach_to_a_tls_scheduler_with_credentials_from_settings_or_dask_config
     env.pop("SLURM_JOB_ID", None)
     scheduler = subprocess.Popen(
         [python, "-m", "distributed.cli.dask_scheduler", "--scheduler-file", str(sched_file),
-         "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0", *tls],
+         "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0", *tls],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     worker = subprocess.Popen(

@@ -168,31 +168,31 @@ class Settler:
             on_worker_job=on is not None and cluster.from_worker_job(on.name),
             stopped_at_limit=record is not None and record.stopped_at_limit == finished.key,
         )
-        way = route(finished, state)
-        if way is Route.SUCCEEDED:
+        routed = route(finished, state)
+        if routed is Route.SUCCEEDED:
             popped = registry.pop(finished.key)
             if popped is not None:  # not claimed for a rerun meanwhile
                 again.snakemake.succeeded(popped.info)
-        elif way is Route.MOVE:
+        elif routed is Route.MOVE:
             again.move(finished)
-        elif way is Route.RERUN:
+        elif routed is Route.RERUN:
             # Stopped by the plugin at its worker job's landing: its process group is gone
             # (its outcome came after it was reaped), so it runs again at once.
             cluster.later(lambda: again.rerun(finished.key, finished))
-        elif way is Route.LOST:
+        elif routed is Route.LOST:
             assert finished.lost_on is not None
             cluster.lost(finished.key, finished.lost_on)  # stays registered
-        elif way is Route.ASK_WORKER_JOB:
+        elif routed is Route.ASK_WORKER_JOB:
             cluster.unless_worker_job_ended(finished)
-        elif way is Route.CHECK_CLUSTER:
+        elif routed is Route.CHECK_CLUSTER:
             # Cancelled, or lost with the scheduler: its processes may still run. If the
             # cluster broke, the run's failure reports it once they are gone.
             cluster.check_cluster(force=True)
             if not registry.fatal:
                 again.fail(finished)
-        elif way is Route.ASK_ALLOCATION:
+        elif routed is Route.ASK_ALLOCATION:
             cluster.unless_allocation_ended(finished)
-        elif way is Route.FAILED:
+        elif routed is Route.FAILED:
             again.fail(finished)
 
     def tell(self, finished: Finished) -> None:

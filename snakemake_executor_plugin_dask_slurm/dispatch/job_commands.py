@@ -34,8 +34,7 @@ from ..report.detail import detail
 from ..snakemake_internals import deployment
 from ..snakemake_internals.shell import log_info
 from ..snakemake_internals.shell import wrapper as shell_wrapper
-from ..warm.command import JobCommand, Unsplittable
-from ..worker.wire import Cold, TaskSpec, WarmSpec, Way, Why
+from ..worker.wire import Cold, TaskSpec, WarmSpec, Way
 from .direct_command import (
     job_facts,
     job_tmpdir,
@@ -48,12 +47,12 @@ from .direct_command import (
 from .direct_way import NotDirect, blockers
 from .general_command import general_argv, parsed, prepare_all, with_group_runner
 from .way import (
+    DIRECT,
     Chosen,
     Direct,
     DirectDraft,
     Facts,
     Warm,
-    command_cold,
     decide,
     not_direct,
     way_name,
@@ -77,22 +76,6 @@ def env_modules_of(rule: Any, workflow: Any) -> Any:
     """The rule's environment modules (Snakemake's ``EnvModules``) when the run loads them
     (``--sdm env-modules``), else None: what the local executor hands ``shell()``."""
     return deployment.rule_software(rule, workflow).modules
-
-
-#: The key the job command built for :meth:`JobCommandBuilder.prime_request` carries.
-PRIME_KEY = "dask-slurm-prime"
-
-
-def warm_spec(
-    command: str, group: bool, log_dir: str, found: JobCommand | Unsplittable | None = None
-) -> WarmSpec | Cold:
-    """The warm path's view of a general-way job command, or why it has none (``found``:
-    the command already :func:`.general_command.parsed`)."""
-    found = parsed(command) if found is None else found
-    cold = command_cold(found)
-    if cold is not None or isinstance(found, Unsplittable):
-        return cold or Cold(Why.NEEDS_SHELL, str(found))
-    return WarmSpec(found.python, found.argv, found.exports, group, log_dir)
 
 
 #: A built job: its spec and way ("direct", "warm" or "cold", as chosen here: the worker
@@ -148,12 +131,18 @@ class JobCommandBuilder:
             self._rule_not_direct[name] = found
         return found
 
-    def choose(self, job: Any, group: bool) -> Chosen:
+    def choose(self, job: Any, group: bool, tell: bool = True) -> Chosen:
         """``job``'s way and what it runs; ``group``: a group job, or a job of a group
-        Snakemake forms later (its own job command is read)."""
+        Snakemake forms later (its own job command is read); ``tell``: the detail log
+        says the rule's general way (once; not for :meth:`prime_request`, which runs
+        before the detail log is open)."""
         facts, draft = self._direct_facts(job, group)
-        if draft is not None:
-            return Chosen(decide(facts), draft)
+        if draft is not None:  # (decide(facts) is DIRECT: not asked again per job)
+            return Chosen(DIRECT, draft)
+        return self._general_way(job, facts, tell)
+
+    def _general_way(self, job: Any, facts: Facts, tell: bool) -> Chosen:
+        """:meth:`choose` for a job that cannot go the direct way (``facts``: why not)."""
         changed = target_spec_survives(job)
         if changed:
             raise ValueError(
@@ -170,7 +159,7 @@ class JobCommandBuilder:
             facts.direct_shell, facts.warm, facts.group, facts.rule, facts.job, deployment, found
         )
         way = decide(facts)
-        if job.name not in self._told:
+        if tell and job.name not in self._told:
             self._tell(job, facts, way)
         return Chosen(way, None, command, found)
 
@@ -244,9 +233,10 @@ class JobCommandBuilder:
 
     def _draft(self, job: Any, key: str, needs: float | None = None) -> tuple[TaskSpec, Way]:
         """The spec and way of ``job``, before a direct-way job is prepared."""
-        chosen = self.choose(job, job.is_group())
-        if chosen.draft is not None:
-            return self._direct(job, key, chosen.draft, needs), "direct"
+        facts, draft = self._direct_facts(job, job.is_group())
+        if draft is not None:
+            return self._direct(job, key, draft, needs), "direct"
+        chosen = self._general_way(job, facts, True)
         return self._general(job, key, chosen, needs), way_name(chosen.way)
 
     def _general(self, job: Any, key: str, chosen: Chosen, needs: float | None) -> TaskSpec:
@@ -254,9 +244,11 @@ class JobCommandBuilder:
         argv, env = general_argv(chosen.command, self._base_env, chosen.found)
         way = chosen.way
         warm = None
-        if isinstance(way, Warm):
-            spec = warm_spec(chosen.command, job.is_group(), self._warm_log_dir, way.command)
-            warm = spec if isinstance(spec, WarmSpec) else None
+        if isinstance(way, Warm):  # (decide read its command: run as it was split)
+            found = way.command
+            warm = WarmSpec(
+                found.python, found.argv, found.exports, job.is_group(), self._warm_log_dir
+            )
         return TaskSpec(
             key, argv, self.workdir, env, self.log_path(job), None, job.priority,
             warm=warm, cold=way if isinstance(way, Cold) else None, needs=needs,
@@ -271,7 +263,7 @@ class JobCommandBuilder:
         cannot be built yet (it then starts the warm process itself). A job of a group
         (Snakemake's scheduler forms the group jobs later) counts by its own job command:
         the group's differs only in what each job's command has of its own
-        (:func:`..warm.snakemake_side.general_argv`), so its first group job finds the
+        (:func:`..warm.snakemake_side.parse_key`), so its first group job finds the
         same parse."""
         if not self.warm:
             return None
@@ -286,7 +278,7 @@ class JobCommandBuilder:
             if job.is_local:  # Snakemake runs it itself (a target rule, localrules)
                 continue
             try:
-                chosen = self.choose(job, job.group is not None)
+                chosen = self.choose(job, job.group is not None, tell=False)
             except Exception:
                 continue
             if isinstance(chosen.way, Warm):

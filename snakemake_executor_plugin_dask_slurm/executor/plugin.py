@@ -68,6 +68,7 @@ class Executor(RemoteExecutor):
     def __init__(self, workflow: Any, logger: Any) -> None:
         # Set before the base class starts the status thread, which may use them at once.
         self._run: WiredRun | None = None  # set at once, when every part of it is wired
+        self._registry = JobRegistry()  # its log directory is known in __post_init__
         self._wakeup = Wakeup(STATUS_SETTLE, lambda: self._registry.in_flight() >= SETTLE_FROM)
         self._closed = False
         self._started = False
@@ -84,7 +85,7 @@ class Executor(RemoteExecutor):
         from .. import snakemake_internals
         from ..config import resolve
         from ..dispatch.job_commands import JobCommandBuilder
-        from .run import PlannedRun, cap_local_threads, given_cores
+        from .run import PlannedRun, cap_local_threads, check_run, given_cores
 
         snakemake_internals.install(self._said.info)
         snakemake_internals.before_first_round(self.workflow, self._tune_scheduling)
@@ -92,9 +93,7 @@ class Executor(RemoteExecutor):
         self.config: RunConfig = resolve(self.workflow.executor_settings, os.environ, workdir)
         self._run_token = uuid.uuid4().hex[:8]
         log_dir = self.config.run_dir / "logs"
-        # Made here, with its log directory: the status thread and the wake-up read it
-        # only once the run started.
-        self._registry = JobRegistry(logs=str(log_dir))
+        self._registry.logs = str(log_dir)  # (a value for its messages; read once started)
         self._builder = JobCommandBuilder(
             workflow=self.workflow,
             workdir=str(workdir),
@@ -108,6 +107,7 @@ class Executor(RemoteExecutor):
         self._said.info(f"{self.config.cluster} ({self.config.cluster_reason})")
         for warning in self.config.warnings:
             self._said.warn(warning)
+        check_run(self.config)
         cores = given_cores(self.workflow)
         self._local_cores = cap_local_threads(self.config, self.workflow, cores, self._said.info)
         self._planned = PlannedRun.plan(

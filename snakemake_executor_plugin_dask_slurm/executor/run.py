@@ -134,6 +134,16 @@ def cap_local_threads(
     return local_cores
 
 
+def check_run(config: RunConfig) -> None:
+    """The run's directory and usage report's are usable (raises if not): checked before
+    anything of the run is said or changed (:func:`cap_local_threads`, the plan)."""
+    check_run_dir(config.run_dir)
+    if config.usage_report_dir is not None:
+        problem = root_problem(config.usage_report_dir)
+        if problem:
+            raise DaskSlurmError(problem)
+
+
 class PlannedRun:
     """A run's cluster as the executor's start leaves it: planned, and launched when
     Snakemake has jobs to run; started at the first job (:meth:`WiredRun.start`), or, if
@@ -152,18 +162,13 @@ class PlannedRun:
         cls, config: RunConfig, builder: JobCommandBuilder, workflow: Any, logger: Any,
         cores: int | None, name: str,
     ) -> PlannedRun:  # fmt: skip
-        """Check the run's directories, plan the cluster and, when there are jobs to run,
-        launch it at once, so that the Dask processes start while Snakemake finishes its
-        own start (and this process imports Dask for the preflight); the first job waits
-        for them. The workers' warm processes parse the workflow meanwhile, if a job of it
-        goes the warm way: in local mode the workers start before the plan for that
-        (clusters/early.py). ``cores``: Snakemake's (:func:`given_cores`); ``name``: the
-        run's worker jobs' in SLURM's queue."""
-        check_run_dir(config.run_dir)
-        if config.usage_report_dir is not None:
-            problem = root_problem(config.usage_report_dir)
-            if problem:
-                raise DaskSlurmError(problem)
+        """Plan the cluster (its directories checked before: :func:`check_run`) and, when
+        there are jobs to run, launch it at once, so that the Dask processes start while
+        Snakemake finishes its own start (and this process imports Dask for the
+        preflight); the first job waits for them. The workers' warm processes parse the
+        workflow meanwhile, if a job of it goes the warm way: in local mode the workers
+        start before the plan for that (clusters/early.py). ``cores``: Snakemake's
+        (:func:`given_cores`); ``name``: the run's worker jobs' in SLURM's queue."""
         if not has_jobs(workflow):  # planned (settings, allocation) and checked only
             source = make_source(config, logger, cores, name)
             source.preflight()

@@ -154,6 +154,13 @@ def has_runtime_source_cache(workflow: Any) -> bool:
     return getattr(workflow.sourcecache, "runtime_cache", None) is not None
 
 
+def source_cache_paths(workflow: Any) -> tuple[str, str]:
+    """A parsed workflow's source caches (``SourceCache.cache_path`` and
+    ``runtime_cache_path``): where Snakemake keeps copies of the workflow's sources."""
+    sourcecache = workflow.sourcecache
+    return str(sourcecache.cache_path), str(sourcecache.runtime_cache_path)
+
+
 def quiesce(workflow: Any) -> None:
     """End what a parse started that a fork must not copy: the asyncio runners and their
     thread pool, and the parse's temporary directory."""

@@ -221,6 +221,18 @@ def module() -> Any:
     return importlib.import_module("snakemake.shell")
 
 
+def subprocess_module() -> Any:
+    """The ``subprocess`` module ``shell()`` starts its process with (``sp``: swapped by
+    :func:`swap_subprocess`)."""
+    return module().sp
+
+
+def executable() -> str | None:
+    """The shell ``shell()`` runs (``shell.executable()``; None: Snakemake's default)."""
+    found: str | None = module().shell.get_executable()
+    return found
+
+
 def swap_subprocess(make: Any) -> Any:
     """Replace the ``subprocess`` module that ``shell()`` starts its process with by
     ``make(subprocess, shell's STDOUT)``; what it was."""
@@ -263,7 +275,9 @@ SHELL = Touch(
 
 def _shell_rule_names() -> str:
     import snakemake.api  # noqa: F401  # first: snakemake.workflow imported alone is a cycle
+    from snakemake.executors.local import run_wrapper
     from snakemake.iocontainers import Namedlist
+    from snakemake.rules import Rule
     from snakemake.shell import shell
     from snakemake.workflow import Workflow
 
@@ -273,21 +287,34 @@ def _shell_rule_names() -> str:
             ("Workflow.shellcmd", callable(getattr(Workflow, "shellcmd", None))),
             ("Workflow.run", callable(getattr(Workflow, "run", None))),
             ("shell", isinstance(shell, type)),
+            # set in Rule.__init__ (an instance's attribute): its code stores the name
+            ("Rule.run_func", "run_func" in _code_names(Rule.__init__)),
+            # what run_wrapper passes a rule's function (RUN_WRAPPER_LOCALS): its variables
+            ("run_wrapper", RUN_WRAPPER_LOCALS.issubset(_code_names(run_wrapper, "co_varnames"))),
         ]
     )
+
+
+def _code_names(func: Any, field: str = "co_names") -> tuple[str, ...]:
+    """``func``'s code's names (``co_names``: the attributes and globals it uses;
+    ``co_varnames``: its arguments and locals); () for what has no code."""
+    return tuple(getattr(getattr(func, "__code__", None), field, ()))
 
 
 SHELL_RULE = Touch(
     name="reading of a shell: rule",
     kind="read",
     what=(
-        "a shell: rule's compiled function (its globals and bytecode: snakemake/parser.py, "
-        "workflow.py) and Namedlist._plainstrings (iocontainers.py)"
+        "a shell: rule's compiled function (Rule.run_func, its globals and bytecode: "
+        "snakemake/parser.py, workflow.py), the arguments the local executor's run_wrapper "
+        "passes it (executors/local.py) and Namedlist._plainstrings (iocontainers.py)"
     ),
     written_for="9.27.1",
     without="every job goes the general way (a Snakemake of its own runs it)",
     found=_shell_rule_names,
-    fingerprint="Namedlist._plainstrings,Workflow.shellcmd,Workflow.run,shell",
+    fingerprint=(
+        "Namedlist._plainstrings,Workflow.shellcmd,Workflow.run,shell,Rule.run_func,run_wrapper"
+    ),
 )
 
 

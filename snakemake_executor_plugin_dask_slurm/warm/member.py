@@ -13,7 +13,8 @@ the group process's stdin, stdout and stderr (passed as file descriptors), its
 environment and the ``cd`` directory, as the spawned shell would.
 
 If the zygote says the member cannot go the warm way, or cannot be reached, the member is
-spawned as before (:func:`request_for` and :func:`run_warm` say why, as a Cold).
+spawned as before (:func:`request_for` and :func:`run_warm` say why, as a Cold); a reason
+decided here (:data:`SAID_IN_THE_LOG`) is one line in the group job's log.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import itertools
 import os
 import socket
+import sys
 from typing import Any, cast
 
 from ..snakemake_internals.local_executor import wrap_spawn_job
@@ -100,22 +102,41 @@ def install(group_key: str, address: str) -> bool:
     """In a group job's warm process (``group_key``: its task key): spawn ``run:`` and
     ``shadow:`` members warm, through the zygote listening at ``address``. False, and
     nothing changed, if Snakemake's local executor is not the one this was written for."""
+    return wrap_spawn_job(lambda original: spawner(original, group_key, address))
+
+
+#: The reasons a member spawned as a fresh Snakemake says in its group job's log: those
+#: decided in the group job's process, which nothing else reports (docs/further.md).
+SAID_IN_THE_LOG = frozenset({Why.MEMBER_COMMAND, Why.ZYGOTE_UNREACHABLE})
+
+
+def spawner(original: Any, group_key: str, address: str) -> Any:
+    """The local executor's ``spawn_job`` that runs a member warm, or as ``original``
+    does (a fresh Snakemake)."""
     from ..snakemake_internals.local_executor import log_debug, spawned_job_error
 
-    def warm(original: Any) -> Any:
-        def spawn_job(self: Any, job: Any) -> None:
-            cmd = self.format_job_exec(job)
-            request = request_for(cmd, group_key)
-            status = request if isinstance(request, Cold) else run_warm(request, address)
-            if isinstance(status, Cold):  # (as before: the member spawned, its reason unsaid)
-                return original(self, job)
-            log_debug(f"spawned job: {cmd}")
-            if status != 0:
-                raise spawned_job_error()
+    def spawn_job(self: Any, job: Any) -> None:
+        cmd = self.format_job_exec(job)
+        request = request_for(cmd, group_key)
+        status = request if isinstance(request, Cold) else run_warm(request, address)
+        if isinstance(status, Cold):  # spawned as before
+            if status.why in SAID_IN_THE_LOG:
+                say_fresh(job, status)
+            return original(self, job)
+        log_debug(f"spawned job: {cmd}")
+        if status != 0:
+            raise spawned_job_error()
 
-        return spawn_job
+    return spawn_job
 
-    return wrap_spawn_job(warm)
+
+def say_fresh(job: Any, cold: Cold) -> None:
+    """One line in the group job's log (this process's stderr, where Snakemake's own
+    lines go): the member ``job`` runs in a fresh Snakemake, and why."""
+    name = getattr(getattr(job, "rule", None), "name", None) or "a member"
+    with contextlib.suppress(Exception):  # (a closed stream: the member runs all the same)
+        sys.stderr.write(f"dask-slurm: {name}: a fresh Snakemake: {cold}\n")
+        sys.stderr.flush()
 
 
 def close_fds(fds: list[int]) -> None:

@@ -25,6 +25,7 @@ import sys
 import weakref
 from typing import Any, NoReturn, cast
 
+from ..snakemake_internals import cli as internal_cli
 from ..worker.warm_protocol import (
     Exited,
     Inbox,
@@ -85,6 +86,9 @@ class Server:
         self.fingerprint = Fingerprint(())
         self.children: dict[int, str] = {}
         self.retired = False
+        #: Past its parse: it may have forked a job (a crash now is no refusal: its
+        #: zygote reports its jobs lost, not cold, so none runs twice).
+        self.serving = False
 
     # -- the parse ------------------------------------------------------------------------
 
@@ -102,7 +106,7 @@ class Server:
         try:
             workflow = snakemake_side.prime(list(self.first["argv"]))
         except snakemake_side.NotWarmable as e:
-            return Cold(e.why, str(e))
+            return Cold(e.why, e.detail)
         except (Exception, Effect) as e:
             if self.recorder.effects:
                 return Cold(Why.PARSE_EFFECTS, str(self.recorder.effects[0]))
@@ -119,10 +123,8 @@ class Server:
     def _fingerprint(self, workflow: Any, modules: set[str]) -> Cold | None:
         """After the parse: what it read (a job finds it changed: a new parse), the
         thread pools sized for the jobs, and the process left single-threaded."""
-        sourcecache = workflow.sourcecache
         skip = tuple(
-            os.path.join(os.path.abspath(str(p)), "")
-            for p in (sourcecache.cache_path, sourcecache.runtime_cache_path)
+            os.path.join(os.path.abspath(p), "") for p in internal_cli.source_cache_paths(workflow)
         )
         self.fingerprint = Fingerprint.of(
             self.recorder.reads,
@@ -152,6 +154,7 @@ class Server:
         if refused is not None:
             self._send(Unsupported(op=Op.UNSUPPORTED, cold=refused.to_wire()))
             os._exit(0)
+        self.serving = True
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
@@ -246,12 +249,18 @@ def run_server(
     context: ZygoteContext,
     recorder: Recorder,
 ) -> NoReturn:
-    """The body of a freshly forked server process."""
+    """The body of a freshly forked server process. A failure before it serves (nothing
+    forked yet) is a refusal: its jobs go cold; after, it only ends (a job it forked
+    before its ``Started`` went would otherwise run a second time, cold): its zygote
+    reports them lost, and the worker ends their processes before any rerun."""
+    server: Server | None = None
     try:
-        Server(sock, first, context, recorder).serve()
+        server = Server(sock, first, context, recorder)
+        server.serve()
     except BaseException as e:
-        with contextlib.suppress(Exception):
-            failed = Cold(Why.SERVER_FAILED, f"{type(e).__name__}: {e}")
-            Outbox(sock).send(Unsupported(op=Op.UNSUPPORTED, cold=failed.to_wire()))
+        if server is None or not server.serving:
+            with contextlib.suppress(Exception):
+                failed = Cold(Why.SERVER_FAILED, f"{type(e).__name__}: {e}")
+                Outbox(sock).send(Unsupported(op=Op.UNSUPPORTED, cold=failed.to_wire()))
     finally:
         os._exit(0)

@@ -3,7 +3,7 @@
 messages mean for its jobs. The loop that reads the sockets is :mod:`.zygote`'s.
 
 Routing (:mod:`.tasks`): a job's key is its command's arguments without the per-job ones
-(:func:`.snakemake_side.general_argv`), its environment and its working directory. A key
+(:func:`.snakemake_side.parse_key`), its environment and its working directory. A key
 whose server said its workflow cannot go the warm way stays cold (the reason is sent with
 every job of it); so does one whose sources changed over :data:`.tasks.STALE_LIMIT` times.
 
@@ -246,7 +246,7 @@ class Router:
         for task in sorted(server.sent):
             self.tasks.take_request(task)
             self.tasks.settle(task)
-            if server.refused:  # refused before it forked anything: safe to run cold
+            if server.refused:  # refused before it forked anything (primed.run_server)
                 cold = server.refused.to_wire()
                 self.send(protocol.GoCold(op=Op.COLD, key=task, cold=cold))
             else:  # it may have forked the job just before it died: lost, not cold

@@ -346,10 +346,9 @@ def install(address: str) -> ScriptSetup:
     """In the zygote (listening at ``address``): run warm jobs' Python scripts in forks of
     it; what their processes need of the zygote. Empty, and nothing changed, on a
     Snakemake whose code is not the one this was written for."""
-    shell_module = internal_shell.module()
-    if not SCRIPT_HOOK.matches() or isinstance(shell_module.sp, _Subprocess):
+    if not SCRIPT_HOOK.matches() or isinstance(internal_shell.subprocess_module(), _Subprocess):
         return ScriptSetup()
-    bash = shell_module.shell.get_executable()
+    bash = internal_shell.executable()
     appended = tuple(p for p in [pip_deployments_path()] if p)
     wrap_execute_script(_hook)
     internal_shell.swap_subprocess(

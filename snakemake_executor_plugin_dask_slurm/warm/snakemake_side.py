@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..snakemake_internals import cli as internal_cli
-from ..worker.wire import Why
+from ..worker.wire import Cold, Why
 
 #: Arguments of Snakemake's job command that differ between jobs of one run
 #: (snakemake_interface_executor_plugins' ``RealExecutor.get_job_args``, and
@@ -59,13 +59,15 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 class NotWarmable(Exception):
     """The warm path cannot run this job command: :attr:`NotWarmable.why` is the named
     reason (:class:`..worker.wire.Why`), :attr:`NotWarmable.detail` what of this case a
-    user may need (may be ""); the message is the whole sentence, as before."""
+    user may need beyond the reason's text (the missing names, Snakemake's version; may be
+    ""): the job's :class:`..worker.wire.Cold` is ``Cold(e.why, e.detail)``, and the
+    message is its text."""
 
     why: Why
     detail: str
 
-    def __init__(self, why: Why, message: str, detail: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, why: Why, detail: str = "") -> None:
+        super().__init__(str(Cold(why, detail)))
         self.why = why
         self.detail = detail
 
@@ -79,7 +81,7 @@ class _Primed(BaseException):
         self.workflow = workflow
 
 
-def general_argv(argv: Sequence[str], nargs: dict[str, Any]) -> tuple[str, ...]:
+def parse_key(argv: Sequence[str], nargs: dict[str, Any]) -> tuple[str, ...]:
     """``argv`` without the per-job arguments (:data:`PER_JOB_FLAGS` and their values,
     consumed as argparse would: ``nargs`` per flag): the key of one parse."""
     kept: list[str] = []
@@ -119,12 +121,9 @@ def check_internals() -> None:
     written for."""
     missing = internal_cli.missing()
     if missing:
-        detail = f"Snakemake {internal_cli.version()}, missing: {', '.join(missing)}"
         raise NotWarmable(
             Why.INTERNALS_CHANGED,
-            f"Snakemake {internal_cli.version()}'s internals are not the ones the warm path "
-            f"was written for (missing: {', '.join(missing)})",
-            detail,
+            f"Snakemake {internal_cli.version()}, missing: {', '.join(missing)}",
         )
 
 
@@ -145,9 +144,7 @@ def load() -> dict[str, Any]:
     if missing:
         raise NotWarmable(
             Why.INTERNALS_CHANGED,
-            f"Snakemake's command line has no {', '.join(missing)}: its job command is not "
-            "the one the warm path was written for",
-            f"missing: {', '.join(missing)}",
+            f"Snakemake {internal_cli.version()}, its command line has no {', '.join(missing)}",
         )
     internal_cli.hook_parse(_get_argument_parser, _workflow)
     return nargs
@@ -188,12 +185,10 @@ def prime(argv: Sequence[str]) -> Any:
         workflow = primed.workflow
     except SystemExit as e:
         raise NotWarmable(
-            Why.PARSE_FAILED,
-            f"Snakemake exited with {e.code} before the workflow was parsed",
-            f"Snakemake exited with {e.code}",
+            Why.PARSE_FAILED, f"Snakemake exited with {e.code} before it was parsed"
         ) from None
     else:
-        raise NotWarmable(Why.PARSE_FAILED, "Snakemake returned without parsing the workflow")
+        raise NotWarmable(Why.PARSE_FAILED, "Snakemake returned without parsing it")
     finally:
         sys.argv = saved
         _state.mode = "off"
@@ -207,15 +202,11 @@ def _check_parsed(workflow: Any) -> None:
     if missing:
         raise NotWarmable(
             Why.INTERNALS_CHANGED,
-            "Snakemake's parsed workflow is not the one the warm path was written for "
-            f"(missing: {', '.join(missing)})",
-            f"missing: {', '.join(missing)}",
+            f"Snakemake {internal_cli.version()}, its parsed workflow has no {', '.join(missing)}",
         )
     if internal_cli.has_runtime_source_cache(workflow):
         raise NotWarmable(
-            Why.NO_SOURCE_CACHE,
-            "the job command has no --runtime-source-cache-path (no shared source cache): "
-            "each job would parse into a runtime source cache of its own",
+            Why.NO_SOURCE_CACHE, "no --runtime-source-cache-path: each job would parse anew"
         )
 
 

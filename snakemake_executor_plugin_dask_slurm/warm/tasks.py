@@ -149,8 +149,8 @@ def priming(request: Prime) -> Run:
 
 def command_key(request: Run, nargs: dict[str, Any]) -> str:
     """The key of a job request's parse: its arguments without the per-job ones
-    (:func:`.snakemake_side.general_argv`), its environment and working directory."""
-    argv = snakemake_side.general_argv(list(request["argv"]), nargs)
+    (:func:`.snakemake_side.parse_key`), its environment and working directory."""
+    argv = snakemake_side.parse_key(list(request["argv"]), nargs)
     env = sorted((str(k), str(v)) for k, v in request["env"])
     return json.dumps([argv, env, str(request["cwd"])])
 

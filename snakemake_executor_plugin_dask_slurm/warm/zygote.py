@@ -154,7 +154,7 @@ def _load(address: str) -> tuple[dict[str, Any], Pools, ScriptSetup] | Cold:
         scripts = script.install(address)
         threads = settle_threads()
     except snakemake_side.NotWarmable as e:
-        return Cold(e.why, str(e))
+        return Cold(e.why, e.detail)
     except Exception as e:
         return Cold(Why.CANNOT_START, f"{type(e).__name__}: {e}")
     if threads > 1:

@@ -302,14 +302,31 @@ def run_and_report(spec: TaskSpec) -> None:
 
     Never raises and returns nothing: the plugin holds no task result (see
     :mod:`..dispatch.dispatcher`), so the outcome travels in the event, which the worker sends
-    before Dask learns that the task finished.
+    before Dask learns that the task finished. Whatever fails, an event is sent: without
+    one the job would wait for ever.
     """
     from distributed import get_worker
 
     worker = get_worker()
+    try:
+        msg = _ended(spec, str(worker.name))
+    except BaseException as e:  # its event could not be written: a bug
+        msg = _problem(spec.key, e)
+    if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
+        # Not "worker": the scheduler sets that key of a worker's event to its address.
+        msg.update(worker_name=str(worker.name), worker_pid=os.getpid())
+    worker.log_event(EVENT_TOPIC, msg)
+
+
+def _problem(key: str, e: BaseException) -> dict[str, Any]:
+    return {"key": key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
+
+
+def _ended(spec: TaskSpec, worker_name: str) -> dict[str, Any]:
+    """Run the job; its event (without the worker's name)."""
     msg: dict[str, Any]
     try:
-        done, usage = run_measured(spec, str(worker.name))
+        done, usage = run_measured(spec, worker_name)
         # How long it ran: the plugin learns each rule's durations (walltime placement).
         msg = {"key": spec.key, "ok": True, "seconds": done.finished - done.started}
         cold = done.cold
@@ -320,16 +337,13 @@ def run_and_report(spec: TaskSpec) -> None:
         msg = {"key": spec.key, "ok": False, "too_late": str(e)}
         usage, cold = None, None
     except BaseException as e:  # a bug, or the worker closing under the job
-        msg = {"key": spec.key, "ok": False, "problem": f"{type(e).__name__}: {e}"}
+        msg = _problem(spec.key, e)
         usage, cold = None, None
     if cold is not None:  # a general-way job that went the cold way: why (Cold.from_wire)
         msg["cold"] = cold.to_wire()
     if usage is not None:
         msg["usage"] = usage.to_wire()
-    if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
-        # Not "worker": the scheduler sets that key of a worker's event to its address.
-        msg.update(worker_name=str(worker.name), worker_pid=os.getpid())
-    worker.log_event(EVENT_TOPIC, msg)
+    return msg
 
 
 def _outcome_wire(outcome: TaskOutcome) -> dict[str, Any]:

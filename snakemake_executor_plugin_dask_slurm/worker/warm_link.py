@@ -114,6 +114,14 @@ def _lost(key: str, reason: str) -> WarmProc:
     return proc
 
 
+def could_not_start(refused: Cold) -> str:
+    """What becomes of the jobs of a warm process that could not start (``refused``: its
+    reason), said once: :attr:`Why.CANNOT_START`'s text says it already."""
+    if refused.why is Why.CANNOT_START:
+        return str(refused)
+    return f"the warm process could not start: {refused}"
+
+
 class WarmProcess(Protocol):
     """The warm process as its link needs it (:func:`.warm_host.start_zygote` starts it)."""
 
@@ -273,7 +281,7 @@ class ZygoteLink:
             if self.how is not None:
                 reason = self.how
             elif self.refused is not None:
-                reason = f"the warm process could not start: {self.refused}"
+                reason = could_not_start(self.refused)
             else:
                 reason = f"the warm process (pid {self.proc.pid}) {how}"
             self.how = reason

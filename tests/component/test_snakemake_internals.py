@@ -767,6 +767,27 @@ def test_on_a_snakemake_the_reading_was_not_written_for_no_rule_goes_direct(
     )
 
 
+def test_the_shell_rule_guard_checks_the_rule_function_and_what_run_wrapper_passes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SHELL_RULE fails where the direct way's formatting would read what is not there:
+    ``Rule.run_func``, or an argument run_wrapper no longer passes (RUN_WRAPPER_LOCALS)."""
+    from snakemake.rules import Rule
+
+    from snakemake_executor_plugin_dask_slurm.snakemake_internals import shell
+
+    assert shell.SHELL_RULE.matches()
+    monkeypatch.setattr(shell, "RUN_WRAPPER_LOCALS", shell.RUN_WRAPPER_LOCALS | {"gone"})
+    assert not shell.SHELL_RULE.matches()
+    monkeypatch.undo()
+
+    def init(self: object, *args: object) -> None:
+        self.renamed = None  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Rule, "__init__", init)
+    assert not shell.SHELL_RULE.matches()
+
+
 class FakeWorkflowApi:
     """What the warm parse reads and writes of a ``WorkflowApi``."""
 
@@ -851,11 +872,12 @@ def test_the_public_api_through_the_room() -> None:
 
 
 def test_each_case_the_warm_path_cannot_run_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``NotWarmable.why`` for each refusal of warm/snakemake_side.py; the message (what
-    the zygote and the primed server send) is the sentence it always was."""
+    """``NotWarmable.why`` for each refusal of warm/snakemake_side.py; its detail (what
+    the zygote and the primed server send, after the reason's text) says what of the case
+    the reason does not: the names missing, Snakemake's version; never the reason again."""
     from snakemake_executor_plugin_dask_slurm.warm import snakemake_side
     from snakemake_executor_plugin_dask_slurm.warm.snakemake_side import NotWarmable
-    from snakemake_executor_plugin_dask_slurm.worker.wire import Why
+    from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, Why
 
     internal = snakemake_side.internal_cli
     monkeypatch.setattr(snakemake_side, "_state", snakemake_side._State())  # none left behind
@@ -865,17 +887,30 @@ def test_each_case_the_warm_path_cannot_run_is_named(monkeypatch: pytest.MonkeyP
             call(*args)
         return caught.value
 
+    version = internal.version()
     monkeypatch.setattr(internal, "missing", lambda: ["cli.main"])
     e = refusal(snakemake_side.check_internals)
-    assert e.why is Why.INTERNALS_CHANGED and "missing: cli.main" in str(e)
+    assert e.why is Why.INTERNALS_CHANGED and e.detail == f"Snakemake {version}, missing: cli.main"
+    assert (
+        str(Cold(e.why, e.detail))
+        == str(e)
+        == (
+            "this Snakemake's internals differ from those the warm path knows "
+            f"(Snakemake {version}, missing: cli.main)"
+        )
+    )
     monkeypatch.setattr(internal, "missing", lambda: [])
     monkeypatch.setattr(internal, "originals", lambda: ((lambda *a: None), None))
     monkeypatch.setattr(internal, "option_nargs", lambda parser, flags: {})
     monkeypatch.setattr(internal, "preload", lambda: None)
     e = refusal(snakemake_side.load)
-    assert e.why is Why.INTERNALS_CHANGED and str(e).startswith("Snakemake's command line has no")
+    assert e.why is Why.INTERNALS_CHANGED
+    assert e.detail.startswith(f"Snakemake {version}, its command line has no --target-jobs")
     monkeypatch.setattr(snakemake_side._state, "original_parser", lambda *a: None)
-    for ending, sentence in ((SystemExit(1), "exited with 1 before"), (None, "returned without")):
+    for ending, sentence in (
+        (SystemExit(1), "Snakemake exited with 1 before it was parsed"),
+        (None, "Snakemake returned without parsing it"),
+    ):
 
         def run_main(argv: Any, ending: Any = ending) -> None:
             if ending is not None:
@@ -883,15 +918,16 @@ def test_each_case_the_warm_path_cannot_run_is_named(monkeypatch: pytest.MonkeyP
 
         monkeypatch.setattr(internal, "run_main", run_main)
         e = refusal(snakemake_side.prime, ["--snakefile", "S"])
-        assert e.why is Why.PARSE_FAILED and sentence in str(e)
+        assert e.why is Why.PARSE_FAILED and e.detail == sentence
     workflow = type("Workflow", (), {})()
     e = refusal(snakemake_side._check_parsed, workflow)
     assert e.why is Why.INTERNALS_CHANGED and "_async_lock" in e.detail
+    assert e.detail.startswith(f"Snakemake {version}, its parsed workflow has no ")
     for name in internal.WORKFLOW_ATTRIBUTES:
         setattr(workflow, name, None)
     workflow.sourcecache = type("Cache", (), {"runtime_cache": object()})()
     e = refusal(snakemake_side._check_parsed, workflow)
-    assert e.why is Why.NO_SOURCE_CACHE and "--runtime-source-cache-path" in str(e)
+    assert e.why is Why.NO_SOURCE_CACHE and "--runtime-source-cache-path" in e.detail
     workflow.sourcecache.runtime_cache = None
     snakemake_side._check_parsed(workflow)
 

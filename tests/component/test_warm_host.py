@@ -98,3 +98,77 @@ def test_a_warm_process_that_could_not_start_sends_every_later_job_cold(
     spec = TaskSpec("k", ("true",), "/", (), "/nonexistent/k.log", None, warm=warm)
     assert host.start(spec) == refused
     assert host.start(spec) == refused and host.pids() == set()
+
+
+def test_the_jobs_of_a_warm_process_that_could_not_start_say_so_once() -> None:
+    """What a pending or running job of a warm process that could not start is told
+    (warm_link's ``_gone``): the start named once, the reason's text and its detail."""
+    from snakemake_executor_plugin_dask_slurm.worker.warm_link import could_not_start
+
+    assert could_not_start(Cold(Why.CANNOT_START, "OSError: x")) == (
+        "the worker's warm process could not start (OSError: x)"
+    )
+    assert could_not_start(Cold(Why.INTERNALS_CHANGED, "Snakemake 9.1, missing: x")) == (
+        "the warm process could not start: this Snakemake's internals differ from those the "
+        "warm path knows (Snakemake 9.1, missing: x)"
+    )
+
+
+SERVER_CRASH = """
+import json, os, socket, sys
+from snakemake_executor_plugin_dask_slurm.warm import child, primed
+from snakemake_executor_plugin_dask_slurm.worker.warm_protocol import Inbox
+
+when = sys.argv[1]
+
+def prime(self):
+    if when == "prime":
+        raise RuntimeError("a bug in the parse")
+    return None
+
+def started(**kwargs):  # the job is forked: the server fails before it says so
+    raise RuntimeError("a bug after the fork")
+
+def job(request, close, context):
+    os._exit(0)
+
+primed.Server.prime = prime
+primed.Started = started
+child.become_job = job
+ours, theirs = socket.socketpair()
+pid = os.fork()
+if pid == 0:
+    ours.close()
+    primed.run_server(theirs, {"op": "run", "key": "k", "env": [], "cwd": "/"}, None, None)
+theirs.close()
+data = b""
+while chunk := ours.recv(65536):
+    data += chunk
+os.waitpid(pid, 0)
+print(json.dumps(Inbox().feed(data)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("when", "said"),
+    [
+        # nothing forked yet: a refusal, and its jobs go cold
+        (
+            "prime",
+            [{"op": "unsupported", "cold": ["server-failed", "RuntimeError: a bug in the parse"]}],
+        ),
+        # a job forked, its Started not sent: no refusal (its jobs are reported lost, never
+        # run a second time cold)
+        ("after-fork", []),
+    ],
+)
+def test_a_primed_server_that_fails_refuses_only_before_it_forked_a_job(
+    when: str, said: list[object]
+) -> None:
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", SERVER_CRASH, when], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == said

@@ -91,3 +91,35 @@ def test_whatever_the_zygote_answers_the_socket_is_closed(
     with no_unclosed_socket():
         assert member.run_warm(REQUEST, name) == status
     thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        # its spawn command has no `cd DIR &&`: decided here
+        (
+            "python -m snakemake --mode subprocess",
+            "dask-slurm: r: a fresh Snakemake: its group member's spawn command is not one the "
+            "warm path can run (no `cd DIR &&` before it)\n",
+        ),
+        # the zygote cannot be reached: decided here
+        (
+            "cd / && python -m snakemake --mode subprocess",
+            "dask-slurm: r: a fresh Snakemake: its group job's process could not reach the "
+            "warm process (ConnectionRefusedError: [Errno 111] Connection refused)\n",
+        ),
+    ],
+)
+def test_a_member_spawned_fresh_for_its_groups_reason_says_so_in_the_groups_log(
+    command: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from types import SimpleNamespace
+
+    spawned: list[object] = []
+    spawn_job = member.spawner(
+        lambda executor, job: spawned.append(job), "g", address("unreachable")
+    )
+    job = SimpleNamespace(rule=SimpleNamespace(name="r"))
+    spawn_job(SimpleNamespace(format_job_exec=lambda j: command), job)
+    assert spawned == [job]  # spawned as before
+    assert capsys.readouterr().err == said

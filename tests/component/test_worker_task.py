@@ -514,3 +514,29 @@ def test_pidfds_are_given_back_and_beyond_their_budget_jobs_run_as_before(
     assert (tmp_path / "logs/p1.log").read_text() == "one\n"
     assert (tmp_path / "logs/p3.log").read_text() == "two\n"
     assert job_log._pidfds == 0
+
+
+def test_a_job_whose_event_cannot_be_written_still_sends_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_and_report``: writing the event's parts (here the usage's wire form) fails
+    after the job ran; an event still goes (without one the job waits for ever)."""
+    import distributed
+
+    from snakemake_executor_plugin_dask_slurm.worker.wire import Usage
+
+    worker = EventLog()
+    worker.name = "w1"  # type: ignore[attr-defined]
+    monkeypatch.setattr(distributed, "get_worker", lambda: worker)
+
+    def broken(self: Usage) -> list[object]:
+        raise ValueError("no wire form")
+
+    monkeypatch.setattr(Usage, "to_wire", broken)
+    worker_task.run_and_report(spec(tmp_path, "true", key="unwritable"))
+    [(topic, msg)] = worker.events
+    assert topic == worker_task.EVENT_TOPIC
+    assert msg == {
+        "key": "unwritable", "ok": False, "problem": "ValueError: no wire form",
+        "worker_name": "w1", "worker_pid": os.getpid(),
+    }  # fmt: skip

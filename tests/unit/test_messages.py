@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
@@ -13,7 +11,7 @@ from snakemake_executor_plugin_dask_slurm.report.messages import (
     unconfirmed_verdict,
 )
 from snakemake_executor_plugin_dask_slurm.worker.proctree import describe_exit
-from snakemake_executor_plugin_dask_slurm.worker.task import TaskOutcome
+from snakemake_executor_plugin_dask_slurm.worker.task import TaskOutcome, _outcome_wire
 from snakemake_executor_plugin_dask_slurm.worker.wire import Cold, Why
 from tests.fakes import FakeGroupJob, FakeJob
 
@@ -59,7 +57,7 @@ def test_failure_message_for_start_errors_and_lost_tasks() -> None:
 
 def test_finished_from_event() -> None:
     outcome = TaskOutcome(3, "n2", 1.0, 2.0, "tail")
-    event = {"key": "k", "ok": False, "outcome": dataclasses.asdict(outcome)}
+    event = {"key": "k", "ok": False, "outcome": _outcome_wire(outcome)}  # as the worker does
     assert finished_from_event({"key": "k", "ok": True}) == Finished("k", True)
     assert finished_from_event(event) == Finished("k", False, outcome=outcome)
     assert finished_from_event({"key": "k", "ok": False, "problem": "ValueError: x"}) == Finished(
@@ -73,7 +71,9 @@ def test_a_cold_job_says_why_in_its_event_as_the_worker_sends_it() -> None:
     ok = {"key": "k", "ok": True, "cold": cold.to_wire()}
     assert finished_from_event(ok) == Finished("k", True, cold=cold)
     outcome = TaskOutcome(3, "n2", 1.0, 2.0, "tail", cold=cold)
-    failed = {"key": "k", "ok": False, "outcome": dataclasses.asdict(outcome), "cold": ["x", ""]}
+    # as the worker sends it (worker/task.py): the outcome's plain values, the cold beside
+    failed = {"key": "k", "ok": False, "outcome": _outcome_wire(outcome), "cold": ["x", ""]}
+    assert "cold" not in failed["outcome"]
     assert finished_from_event({**failed, "cold": cold.to_wire()}) == Finished(
         "k", False, outcome=outcome, cold=cold
     )

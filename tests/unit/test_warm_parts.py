@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.cold_ways import ColdWays
-from snakemake_executor_plugin_dask_slurm.dispatch.job_commands import warm_spec
+from snakemake_executor_plugin_dask_slurm.dispatch.general_command import parsed
+from snakemake_executor_plugin_dask_slurm.dispatch.way import Facts, Warm, decide
 from snakemake_executor_plugin_dask_slurm.warm import command as command_module
 from snakemake_executor_plugin_dask_slurm.warm import marker, snakemake_side
 from snakemake_executor_plugin_dask_slurm.warm.command import (
@@ -122,13 +123,13 @@ def test_a_members_request_names_the_group_job_it_is_given() -> None:
     ],
 )
 def test_other_shapes_of_command_go_the_cold_way(command: str) -> None:
-    assert isinstance(warm_spec(command, False, "/logs"), Cold)
+    assert isinstance(decide(Facts(False, True, command=parsed(command))), Cold)
 
 
-def test_a_group_runner_command_goes_warm_as_a_group() -> None:
+def test_a_group_runner_command_goes_warm() -> None:
     command = "/p -m snakemake_executor_plugin_dask_slurm.dispatch.group_runner --cores 2"
-    spec = warm_spec(command, True, "/logs")
-    assert not isinstance(spec, Cold) and spec.group and spec.argv == ("--cores", "2")
+    way = decide(Facts(True, True, group=True, command=parsed(command)))
+    assert isinstance(way, Warm) and way.command.argv == ("--cores", "2")
 
 
 NARGS = {
@@ -155,13 +156,13 @@ def test_the_key_of_a_parse_leaves_out_exactly_the_per_job_arguments() -> None:
         "2", "--attempt", "3", "--wait-for-files=/tmp/y", "--force", "--config", "k=v",
         "--mode", "remote",
     ]  # fmt: skip
-    key = snakemake_side.general_argv(one, NARGS)
+    key = snakemake_side.parse_key(one, NARGS)
     assert key == (
         "--snakefile", "/w/S", "--cores", "2", "--force", "--config", "k=v", "--mode", "remote",
     )  # fmt: skip
-    assert snakemake_side.general_argv(other, NARGS) == key
+    assert snakemake_side.parse_key(other, NARGS) == key
     changed = [*other[:-3], "k=w", "--mode", "remote"]
-    assert snakemake_side.general_argv(changed, NARGS) != key
+    assert snakemake_side.parse_key(changed, NARGS) != key
 
 
 def test_the_end_of_run_line_counts_each_reason() -> None:

@@ -161,6 +161,17 @@ def test_a_job_of_a_group_to_be_formed_is_primed_by_its_own_command(
     assert made.prime_request([job("thin"), job("member", group="g")]) == primed("member")
 
 
+def test_a_group_job_goes_warm_as_a_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made = builder(monkeypatch, {}, {})
+    group = job("g")
+    group.is_group = lambda: True
+    spec, way = made._draft(group, "k")
+    assert way == "warm" and spec.warm is not None and spec.warm.group
+    assert spec.warm.argv == ("--target-jobs", "g") and spec.warm.log_dir == "/w/logs"
+
+
 def test_no_prime_request_without_the_warm_path(monkeypatch: pytest.MonkeyPatch) -> None:
     made = builder(monkeypatch, {"s": SHADOW}, {}, warm=False)
     assert made.prime_request([job("s")]) is None
@@ -183,6 +194,10 @@ def test_the_detail_log_says_once_per_rule_why_not_direct_and_warm_or_cold(
     detail.setLevel(logging.INFO)  # (setLevel: the logger caches whether it is enabled)
     try:
         made = builder(monkeypatch, {"s": SHADOW, "c": SHADOW}, {"t": TMPDIR}, {"c": "conda:"})
+        # the prime request looks at the rules before the detail log is open: it tells
+        # nothing, and the rules' jobs still do
+        assert made.prime_request([job("c"), job("s")]) == primed("s")
+        assert lines == []
         for name in ("thin", "s", "s", "t", "c", "c"):
             made._draft(job(name), "k")
     finally:
