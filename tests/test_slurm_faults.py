@@ -313,8 +313,8 @@ def test_a_node_cut_off_for_40_s_costs_no_output(
 ) -> None:
     """n2's link down for 40 s (SlurmdTimeout is SLURM's 300 s: the allocation stays):
     its copies end while it is cut off (its worker's connection to the scheduler times
-    out, ~31 s, and it ends its jobs), and only then run again elsewhere, at once; never
-    two copies; every output whole; one line; nothing written after Snakemake exits."""
+    out, ~31 s, and it ends its jobs), and only then run again elsewhere; never two
+    copies; every output whole; one line; nothing written after Snakemake exits."""
     workdir = appenders(tmp_path)
     with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *TTL, steps=LONG_STEPS) as p:
         on_n2 = busy(p, workdir, "n2")
@@ -330,9 +330,12 @@ def test_a_node_cut_off_for_40_s_costs_no_output(
     again = min(c.first for job in interrupted(workdir) for c in runs[job] if c.ended) - cut
     slurm_cluster.record_timing("cut node's copies ended after the cut", ended)
     slurm_cluster.record_timing("their reruns started after the cut", again)
-    assert ended < CUT_SECONDS and again - ended < 5, (ended, again)
-    ((running, _waiting),) = lost_lines(output, "n2")
-    assert running == len(cut_short), output
+    # They run again as soon as the node's supervisor recorded their end (0.5 s later), or,
+    # if an srun step to end them was started first, once it reached the node (the link up).
+    assert ended < CUT_SECONDS and again < CUT_SECONDS + 5, (ended, again)
+    # Those it had not yet heard start there count as waiting ones moved.
+    ((running, waiting),) = lost_lines(output, "n2")
+    assert running + waiting == len(cut_short), output
     assert "broke" not in output and "has ended" not in output, output
     check_outputs(workdir, COUNT, LONG_STEPS)
     check_never_two_at_once(workdir)
