@@ -66,8 +66,12 @@ def lost_lines(output: str, worker: str) -> list[tuple[int, int]]:
     return found
 
 
-def check_outputs(workdir: Path, count: int, steps: int, skip: tuple[int, ...] = ()) -> None:
-    """Every output (but ``skip``) holds all lines of one copy that ended, nothing else."""
+def check_outputs(
+    workdir: Path, count: int, steps: int, skip: tuple[int, ...] = (), pad: int = 0
+) -> None:
+    """Every output (but ``skip``) holds all lines of one copy that ended, nothing else
+    (each line followed by ``pad`` x's, the workflow's config of that name)."""
+    tail = f" {'x' * pad}" if pad else ""
     runs = copies(workdir)
     for i in range(count):
         path = workdir / f"out/{i}.txt"
@@ -78,7 +82,7 @@ def check_outputs(workdir: Path, count: int, steps: int, skip: tuple[int, ...] =
         pids = {line.split()[2] for line in lines}
         assert len(pids) == 1, f"{path} mixes copies {pids}: {lines}"
         pid = pids.pop()
-        assert lines == [f"{i} {k} {pid}" for k in range(1, steps + 1)], f"{path}: {lines}"
+        assert lines == [f"{i} {k} {pid}{tail}" for k in range(1, steps + 1)], f"{path}: {lines}"
         assert any(c.pid == int(pid) and c.ended for c in runs[i]), f"{path}: copy did not end"
 
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from tests.appenders import (
     alive,
     check_never_two_at_once,
     check_outputs,
+    copies,
     holding,
     interrupted,
     kill_worker_when_busy,
@@ -26,7 +29,7 @@ from tests.appenders import (
     started,
     worker_pids,
 )
-from tests.conftest import VENV_BIN, Workflow, live_processes
+from tests.conftest import VENV_BIN, WORKFLOWS, Workflow, live_processes
 from tests.waiting import eventually, still_running
 
 pytestmark = pytest.mark.e2e
@@ -165,6 +168,7 @@ def test_a_killed_scheduler_ends_the_run_at_once_and_a_rerun_completes(
     os.kill(scheduler[0], signal.SIGKILL)
     code, output = finish(proc, timeout=30)
     took = time.monotonic() - killed
+    print(f"Snakemake ended {took:.2f} s after the scheduler was killed")
     assert code != 0, output
     assert took < 10, f"Snakemake took {took:.1f} s to end after the scheduler died"
     assert "the Dask scheduler was killed by signal SIGKILL" in output, output
@@ -215,3 +219,176 @@ def test_daemons_a_job_starts_end_with_it(tmp_path: Path, no_leftovers: str, dae
     )
     code, output = finish(proc)
     assert code == 0, output
+
+
+# --------------------------------------------------------------------------- a full disk
+
+#: Each step writes a line of 2 KB, so that a job's output grows by pages and meets the
+#: full disk within a few steps (a file's last page takes small writes after the disk is
+#: full).
+DISK_STEPS = 12
+DISK_CONFIG = ("count=8", f"steps={DISK_STEPS}", "pause=0.25", "pad=2000")
+
+
+@contextlib.contextmanager
+def small_disk(path: Path) -> Iterator[Path]:
+    """A tmpfs of 8 MB at ``path``, unmounted on leaving (lazily if still busy)."""
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        if subprocess.run(["umount", str(path)], check=False).returncode != 0:
+            subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill the disk to the last byte; the filler, to remove once the run is over."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        for size in (1 << 16, 4096, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"x" * size)
+    return filler
+
+
+def run_into_a_full_disk(disk: Path, token: str, executor: list[str]) -> tuple[int, str, float]:
+    """Snakemake on the appenders workflow in ``disk``; once 2 jobs started, the disk is
+    filled. Its exit code, output, and how long after the fill it ended."""
+    shutil.copy(WORKFLOWS / "appenders/Snakefile", disk)
+    config = ["--config", f"token={token}", *DISK_CONFIG]
+    env = Workflow(disk, token).env()
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "snakemake"), *executor, *config], cwd=disk, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    eventually("2 jobs started", lambda: started(disk) >= 2, 60, 0.1, still_running(proc))
+    filler = fill(disk)
+    full = time.monotonic()
+    code, output = finish(proc, timeout=60)
+    took = time.monotonic() - full
+    filler.unlink()
+    return code, output, took
+
+
+def incomplete(disk: Path, token: str) -> list[str]:
+    """The outputs Snakemake itself (a dry run) refuses as incomplete."""
+    dry = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "-n", "--config", f"token={token}", *DISK_CONFIG],
+        cwd=disk, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    _, listed, rest = (dry.stdout + dry.stderr).partition("Incomplete files:\n")
+    return sorted(line for line in rest.splitlines() if line.startswith("out/")) if listed else []
+
+
+def left_behind(disk: Path, token: str) -> tuple[list[str], list[str]]:
+    """The outputs left, and those of them Snakemake knows as incomplete; every one left
+    that it does not is whole, from one copy of its job."""
+    left = sorted(f"out/{p.name}" for p in (disk / "out").glob("*.txt"))
+    marked = incomplete(disk, token)
+    runs = copies(disk)
+    for name in set(left) - set(marked):
+        i = int(Path(name).stem)
+        lines = (disk / name).read_text().splitlines()
+        pid = int(lines[0].split()[2]) if lines else -1
+        whole = any(c.pid == pid and c.ended for c in runs[i])
+        assert len(lines) == DISK_STEPS and whole, f"{name}: partial, not marked incomplete"
+    return left, marked
+
+
+def test_a_full_disk_ends_the_run_at_once_and_every_partial_output_is_redone(
+    tmp_path: Path, no_leftovers: str
+) -> None:
+    """The working directory's file system fills up while jobs write: the run ends within
+    seconds, saying so, and leaves what Snakemake's local executor leaves beside it: every
+    partial output marked incomplete, so that the next run redoes it."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    ways = {"plugin": ["--executor", "dask-slurm", "--jobs", "4"], "local": ["--cores", "4"]}
+    left = {}
+    for way, executor in ways.items():
+        with small_disk(tmp_path / way) as disk:
+            code, output, took = run_into_a_full_disk(disk, no_leftovers, executor)
+            assert code == 1 and "[Errno 28] No space left on device" in output, output
+            assert took < 10, f"{way}: ended {took:.1f} s after the disk was full"
+            print(f"{way}: ended {took:.2f} s after the disk was full")
+            left[way] = left_behind(disk, no_leftovers)
+            assert left[way][1], f"{way}: no partial output marked incomplete: {left[way]}"
+            if way == "plugin":
+                again = Workflow(disk, no_leftovers).snakemake(
+                    "--jobs",
+                    "4",
+                    "--rerun-incomplete",
+                    "--config",
+                    f"token={no_leftovers}",
+                    *DISK_CONFIG,
+                )
+                assert again.returncode == 0, again
+                check_outputs(disk, 8, DISK_STEPS, pad=2000)
+                check_never_two_at_once(disk)
+    print(left)
+
+
+# --------------------------------------------------------------------------- the submit host
+
+
+def snakemake_side(workflow: Workflow, proc: subprocess.Popen[str]) -> list[int]:
+    """Snakemake and the scheduler it started: what runs on the submit host in srun mode."""
+    scheduler = [pid for pid, cmd in live_processes("no-token", str(workflow.path))
+                 if "distributed.cli.dask_scheduler" in cmd]  # fmt: skip
+    assert len(scheduler) == 1, scheduler
+    return [proc.pid, *scheduler]
+
+
+@pytest.mark.workflow("appenders")
+def test_a_submit_host_that_gives_no_cpu_for_20_s_costs_nothing(workflow: Workflow) -> None:
+    """Snakemake and its scheduler stopped (SIGSTOP) for 20 s while jobs run, as on a login
+    node so overloaded they get no CPU: shorter than the worker-ttl (30 s), so no worker is
+    dropped and the run completes; every output whole, never two copies."""
+    proc = start(workflow, "--dask-slurm-workers", "2", config=("count=4", "steps=20"))
+    eventually("2 jobs started", lambda: started(workflow.path) >= 2, 60, 0.1, still_running(proc))
+    side = snakemake_side(workflow, proc)
+    for pid in side:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(20)
+    finally:
+        for pid in side:
+            os.kill(pid, signal.SIGCONT)
+    code, output = finish(proc)
+    assert code == 0, output
+    assert not lost_lines(output, "local-[01]") and "stopped answering" not in output, output
+    check_outputs(workflow.path, 4, 20)
+    check_never_two_at_once(workflow.path)
+
+
+@pytest.mark.workflow("appenders")
+def test_snakemake_killed_outright_leaves_nothing_running_and_a_rerun_redoes_the_rest(
+    workflow: Workflow,
+) -> None:
+    """kill -9 of Snakemake mid-run: its scheduler notices its owner is gone and closes,
+    the workers end their jobs and exit, within seconds; the partial outputs are what
+    Snakemake knows as incomplete; --unlock and --rerun-incomplete complete the run."""
+    config = ("--config", f"token={workflow.token}", f"count={COUNT}", "steps=40", "pause=0.1")
+    proc = start(workflow, "--dask-slurm-workers", "2", config=config[3:])
+    eventually("2 jobs started", lambda: started(workflow.path) >= 2, 60, 0.1, still_running(proc))
+    proc.kill()
+    killed = time.monotonic()
+    finish(proc)
+    eventually("nothing of the run left", lambda: not live_processes(workflow.token,
+               str(workflow.path)), 15)  # fmt: skip
+    took = time.monotonic() - killed
+    print(f"every process of the run ended {took:.2f} s after Snakemake was killed")
+    assert took < 5, f"the run's processes outlived Snakemake by {took:.1f} s"
+    partial = sorted(f"out/{p.name}" for p in (workflow.path / "out").glob("*.txt"))
+    dry = subprocess.run(
+        [str(VENV_BIN / "snakemake"), "-n", *config], cwd=workflow.path, capture_output=True,
+        text=True, timeout=60, check=False,
+    )  # fmt: skip
+    listed = (dry.stdout + dry.stderr).partition("Incomplete files:\n")[2].split()
+    assert partial and sorted(listed) == partial, (partial, dry.stdout + dry.stderr)
+    assert workflow.snakemake("--unlock", *config).returncode == 0
+    again = workflow.snakemake("--jobs", "4", "--rerun-incomplete", *config)
+    assert again.returncode == 0, again
+    check_outputs(workflow.path, COUNT, 40)

@@ -7,6 +7,7 @@ table, so the test can find and kill a node's worker like an out-of-memory kille
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -20,10 +21,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from snakemake_executor_plugin_dask_slurm.worker import proctree
 from tests.appenders import (
     alive,
     check_never_two_at_once,
     check_outputs,
+    children,
+    copies,
     holding,
     interrupted,
     kill_worker_when_busy,
@@ -34,6 +38,7 @@ from tests.appenders import (
     worker_pids,
 )
 from tests.conftest import VENV_BIN, WORKFLOWS, live_processes
+from tests.slurm_cluster import breakage
 from tests.test_warm import (
     FAULTS_ARGS,
     HANGS_ENV,
@@ -61,12 +66,13 @@ def snakemake_in_salloc(
     *args: str,
     steps: int = STEPS,
     config: tuple[str, ...] = (),
+    salloc: tuple[str, ...] = (),
 ) -> Iterator[subprocess.Popen[str]]:
-    """Snakemake on the appenders workflow inside ``salloc -N3``, running in the
+    """Snakemake on the appenders workflow inside ``salloc -N3 <salloc>``, running in the
     background; on leaving, the allocation is cancelled if it still runs."""
     with cluster.salloc_background(
         f"faults-{token}",
-        ["-N3", "--exclusive", "--time=5", f"--chdir={workdir}"],
+        ["-N3", "--exclusive", "--time=5", f"--chdir={workdir}", *salloc],
         [SNAKEMAKE, "--executor", "dask-slurm", "--jobs", "30",
          "--config", f"token={token}", f"count={COUNT}", f"steps={steps}", *config, *args],
         {"DASK_SLURM_TEST_TOKEN": token},
@@ -269,3 +275,156 @@ def test_a_stopped_zygote_or_primed_server_on_a_node(
     ) as proc:  # fmt: skip
         output, servers = drive_hangs(workdir, proc)
     check_hangs(workdir, proc.returncode, output, servers)
+
+
+# --------------------------------------------------------------------------- the network,
+# the controller: faults of SLURM's side (tests/slurm_cluster/breakage.py), issue 51.
+
+CUT_SECONDS = 40.0
+#: Steps of 0.5 s: each job writes its output for 40 s, longer than the ttl below, than
+#: the cut, and than a cut node's copies live after it (~31 s), so that they are cut short.
+LONG_STEPS = 80
+TTL = ("--dask-slurm-worker-ttl", "10")
+
+
+def finished_quietly(proc: subprocess.Popen[str], workdir: Path) -> tuple[int, str]:
+    """Snakemake's exit code and output; then nothing of the run writes any more."""
+    code, output = finish(proc)
+    before = breakage.snapshot(workdir)
+    time.sleep(3.0)
+    assert breakage.snapshot(workdir) == before, "written after Snakemake exited"
+    return code, output
+
+
+def busy(proc: subprocess.Popen[str], workdir: Path, node: str) -> list[int]:
+    """Once the run's jobs all started, the processes of ``node``'s worker (it runs one)."""
+
+    def ready() -> list[int] | None:
+        if started(workdir) < COUNT:
+            return None
+        worker = node_worker(workdir, node)
+        if not children(worker):
+            return None
+        return [worker, *proctree.descendants([worker], proctree.scan())]
+
+    return eventually(f"{node} busy", ready, 120, 0.1, still_running(proc))
+
+
+def test_a_node_cut_off_for_40_s_costs_no_output(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """n2's link down for 40 s (SlurmdTimeout is SLURM's 300 s: the allocation stays):
+    its copies end while it is cut off (its worker's connection to the scheduler times
+    out, ~31 s, and it ends its jobs), and only then run again elsewhere; never two
+    copies; every output whole; one line; nothing written after Snakemake exits."""
+    workdir = appenders(tmp_path)
+    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, *TTL, steps=LONG_STEPS) as p:
+        on_n2 = busy(p, workdir, "n2")
+        with breakage.link_cut(slurm_cluster, "n2"):
+            cut = time.time()
+            time.sleep(CUT_SECONDS)
+        code, output = finished_quietly(p, workdir)
+    assert code == 0, output
+    runs = copies(workdir)
+    cut_short = [c for job in runs.values() for c in job if not c.ended]
+    assert cut_short and all(c.pid in on_n2 for c in cut_short), (cut_short, on_n2)
+    ended = max(c.last for c in cut_short) - cut
+    again = min(c.first for job in interrupted(workdir) for c in runs[job] if c.ended) - cut
+    slurm_cluster.record_timing("cut node's copies ended after the cut", ended)
+    slurm_cluster.record_timing("their reruns started after the cut", again)
+    # They run again as soon as the node's supervisor recorded their end (0.5 s later), or,
+    # if an srun step to end them was started first, once it reached the node (the link up).
+    assert ended < CUT_SECONDS and again < CUT_SECONDS + 5, (ended, again)
+    # Those it had not yet heard start there count as waiting ones moved.
+    ((running, waiting),) = lost_lines(output, "n2")
+    assert running + waiting == len(cut_short), output
+    assert "broke" not in output and "has ended" not in output, output
+    check_outputs(workdir, COUNT, LONG_STEPS)
+    check_never_two_at_once(workdir)
+
+
+def cut_past_slurmd_timeout(
+    cluster: SlurmTestCluster, workdir: Path, token: str, salloc: tuple[str, ...]
+) -> tuple[int, str, float]:
+    """n2 cut off for 40 s while SlurmdTimeout is 10 s: SLURM sets it DOWN. Snakemake's
+    exit code, output, and when it exited after the cut (or -1: after the link was up)."""
+    took = -1.0
+    with (
+        breakage.slurmd_timeout(cluster, 10),
+        snakemake_in_salloc(cluster, workdir, token, *TTL, steps=LONG_STEPS, salloc=salloc) as p,
+    ):
+        busy(p, workdir, "n2")
+        with breakage.link_cut(cluster, "n2") as cut:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(CUT_SECONDS)
+                took = time.monotonic() - cut
+            time.sleep(max(0.0, cut + CUT_SECONDS - time.monotonic()))
+        code, output = finished_quietly(p, workdir)
+    breakage.wait_node_back(cluster, "n2")
+    return code, output, took
+
+
+def test_a_node_cut_off_past_slurmd_timeout_ends_the_allocation_in_one_line(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """SLURM sets the silent node DOWN and ends the allocation (NODE_FAIL): the run says
+    so in one line, within seconds of SLURM's word; every job fails, its output removed
+    for good (the cut node's copies end before Snakemake exits)."""
+    workdir = appenders(tmp_path)
+    code, output, took = cut_past_slurmd_timeout(slurm_cluster, workdir, no_leftovers, ())
+    slurm_cluster.record_timing("run ended after the cut", took)
+    assert code != 0, output
+    (line,) = [line for line in output.splitlines() if line.startswith("dask-slurm: the Dask")]
+    assert re.search(r"SLURM allocation \d+ has ended \(state \w+, reason NodeDown\)", line), line
+    assert "Traceback" not in output, output
+    assert 0 < took < 45, f"the run ended {took:.1f} s after the cut"
+    left = sorted(p.name for p in (workdir / "out").glob("*"))
+    assert not left, f"outputs left (all their jobs failed): {left}\n{output}"
+
+
+def test_a_node_cut_off_under_no_kill_leaves_the_run_to_the_others(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """``salloc --no-kill``: SLURM takes the DOWN node out of the allocation and the run
+    goes on and completes on the nodes left (n3: n1 shared its srun step with n2, which
+    SLURM ends with the node); never two copies; every output whole."""
+    workdir = appenders(tmp_path)
+    salloc = ("--no-kill",)
+    code, output, took = cut_past_slurmd_timeout(slurm_cluster, workdir, no_leftovers, salloc)
+    assert code == 0 and took == -1.0, output
+    assert "broke" not in output and "has ended" not in output, output
+    assert len(lost_lines(output, "n2")) == 1, output
+    check_outputs(workdir, COUNT, LONG_STEPS)
+    check_never_two_at_once(workdir)
+
+
+PAUSE_SECONDS = 40.0
+
+
+def test_a_controller_stopped_for_40_s_mid_run_costs_nothing(
+    slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
+) -> None:
+    """slurmctld stopped (SIGSTOP) for 40 s mid-run, longer than any timeout the plugin
+    has towards SLURM (30 s): jobs keep starting and ending meanwhile, no false "allocation
+    ended", the run completes; every output whole."""
+    workdir = appenders(tmp_path)
+    count = 160
+    config = (f"count={count}",)
+    with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, steps=10, config=config) as p:
+        eventually("3 jobs started", lambda: started(workdir) >= 3, 120, 0.1, still_running(p))
+        with breakage.controller_stopped(slurm_cluster):
+            before = ended_jobs(workdir)
+            time.sleep(PAUSE_SECONDS)
+            during = ended_jobs(workdir) - before
+            assert p.poll() is None, "the run ended while the controller was stopped"
+        code, output = finished_quietly(p, workdir)
+    assert code == 0, output
+    assert "broke" not in output and "has ended" not in output, output
+    print(f"{during} jobs ended while slurmctld was stopped for {PAUSE_SECONDS:g} s")
+    assert during >= 32, f"only {during} jobs ended while the controller was stopped"
+    check_outputs(workdir, count, 10)
+    check_never_two_at_once(workdir)
+
+
+def ended_jobs(workdir: Path) -> int:
+    return (workdir / "events.log").read_text().count("end ")

@@ -20,20 +20,28 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..clusters.base import ClusterSource
 from ..dispatch.again import Again
 from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.health import NoWorkers
 from ..dispatch.outcomes import Finished, WorkerRef
-from ..dispatch.recovery import Gone, Recovery, decide
+from ..dispatch.recovery import Gone, Recovery, decide, read_record
 from ..dispatch.registry import JobRecord, JobRegistry, counts_by_rule
 from ..report.detail import detail
 from ..report.messages import job_label, lost_worker_line
+from ..worker.waiting import wait_until
 from .say import Say
 
 #: Seconds between checks that the cluster's processes are still alive.
 HEALTH_CHECK_INTERVAL = 0.5
+#: Seconds after its removal that a worker which stopped answering, and could not be ended
+#: from here (its node cut off), may still run its jobs: it ends them itself once its
+#: connection to the scheduler times out (Dask's comm timeout, 30 s after its last word,
+#: which came a worker-ttl before its removal; measured 31 s after a cut), and its
+#: supervisor records it.
+SILENT_WORKER_GRACE = 35.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,8 @@ class Failures:
         self._next_health_check = 0.0
         #: Workers removed for silence: how each was ended ("" until it was).
         self._silent: dict[tuple[str, int | None], str] = {}
+        #: ... and when each was removed.
+        self._silent_at: dict[tuple[str, int | None], float] = {}
         #: Where each job's own words about a lost worker go (see report.messages).
         self.detail_log = detail_log
         self.recovery = Recovery(
@@ -153,6 +163,12 @@ class Failures:
             source.scheduler_lost(),
             source.deaths,
         )
+        if problem:
+            # Workers gone because SLURM ended the allocation (a node failed, scancel): say
+            # that, whichever the plugin saw first, its workers gone or its steps ended
+            # (an srun step with a node that does not answer outlives its workers).
+            ended = source.allocation_problem()
+            problem = f"{ended}. What the plugin saw: {problem}" if ended else problem
         problem = problem or source.problem()
         if problem:
             self.start_fail_run(f"the Dask cluster broke: {problem}")
@@ -173,6 +189,8 @@ class Failures:
         if keys and not self.source.scheduler_lost():
             self.dispatcher.stop(keys)
         self.source.stop_workers()
+        for name, pid in list(self._silent_at):
+            self._record_of_silent(name, pid)
         left = self.registry.take_all(reason, quiet=True)
         if left:
             self.say.error(
@@ -193,6 +211,7 @@ class Failures:
         never while a copy may still run."""
         if silent:
             self._silent[worker.name, worker.pid] = ""
+            self._silent_at[worker.name, worker.pid] = time.monotonic()
             self.recovery.call(lambda: self._end(worker))
         self.recovery.worker_removed()
 
@@ -216,6 +235,10 @@ class Failures:
         (a failed job's also to Snakemake)."""
         self._on_worker_removed()
         self.check_cluster(force=True)  # no worker left to run them again?
+        seen = self._record_of_silent(worker.name, worker.pid) if gone is None else None
+        if seen is not None:  # it ended its jobs itself (see _record_of_silent)
+            how = f"its supervisor ended the {seen.get('processes_killed', 0)} process(es)"
+            gone = Gone(f"{how} its jobs had left", seen)
         running = waiting = 0
         failed: list[JobRecord] = []
         for key in keys:
@@ -244,6 +267,21 @@ class Failures:
                     running, waiting, len(failed), self.detail_log,
                 )
             )  # fmt: skip
+
+    def _record_of_silent(self, name: str, pid: int | None) -> dict[str, Any] | None:
+        """The supervisor's record of a worker removed for silence, waited for until
+        ``SILENT_WORKER_GRACE`` after its removal: until then its jobs may still write
+        where it runs (a node cut off), and neither failing them (Snakemake removes their
+        outputs) nor running them again is safe. None if it is no such worker, or if the
+        record did not come (its node's file system cut off too)."""
+        removed, record_dir = self._silent_at.get((name, pid)), self.source.record_dir
+        if removed is None or record_dir is None:
+            return None
+        left = removed + SILENT_WORKER_GRACE - time.monotonic()
+        if left > 0 and read_record(record_dir, name, pid) is None:
+            detail.info("waiting up to %.0f s for the record of the silent worker %s", left, name)
+            wait_until(lambda: read_record(record_dir, name, pid) is not None, left)
+        return read_record(record_dir, name, pid)
 
     def close(self) -> None:
         self.recovery.close()

@@ -130,6 +130,28 @@ def test_every_path_the_docs_name_exists(doc: str, path: str) -> None:
     assert _exists(path), f"{doc} names {path}, which does not exist"
 
 
+#: A test the docs name: ``tests/x.py::test_name`` (a parameter's id in brackets allowed).
+TEST_REF = re.compile(r"`(tests/[\w/]+\.py)::(test_\w+)(?:\[[\w-]+\])?`")
+
+
+def doc_tests() -> list[tuple[str, str, str]]:
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return sorted({(d.name, *ref) for d in docs for ref in TEST_REF.findall(d.read_text())})
+
+
+def test_the_docs_name_tests_to_check() -> None:
+    assert any(doc == "further.md" for doc, _, _ in doc_tests())
+    assert TEST_REF.findall("`tests/a.py::test_b[sigkill]`") == [("tests/a.py", "test_b")]
+
+
+@pytest.mark.parametrize(("doc", "path", "name"), doc_tests())
+def test_every_test_the_docs_name_exists(doc: str, path: str, name: str) -> None:
+    """The guide's table of what the run promises on each fault names the test that
+    shows each promise: each one must exist (not renamed or removed)."""
+    text = (ROOT / path).read_text() if (ROOT / path).exists() else ""
+    assert re.search(rf"^(async )?def {name}\(", text, re.M), f"{doc} names {path}::{name}"
+
+
 def test_the_package_path_check_sees_paths_in_docstrings_and_comments() -> None:
     text = "(``tests/unit/test_x.py`` fails); # see docs/further.md, and benchmarks/run.py"
     found = OWN_PATH.findall(text)
