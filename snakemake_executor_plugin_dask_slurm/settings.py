@@ -333,6 +333,18 @@ class ExecutorSettings(ExecutorSettingsBase):
             "env_var": True,
         },
     )
+    status_interval: int = field(
+        default=60,
+        metadata={
+            "help": "Seconds between the run's progress lines ('dask-slurm: ...', shown "
+            "under -q too: jobs done of the total, running, waiting, failed, lost; the rate, "
+            "the expected end; workers and how busy they are). 0: no line. The status file "
+            "(.snakemake/dask-slurm/status.json, read by 'python -m "
+            "snakemake_executor_plugin_dask_slurm status') is written every few seconds "
+            "whatever this is. Default: 60.",
+            "env_var": True,
+        },
+    )
 
 
 common_settings = CommonSettings(
