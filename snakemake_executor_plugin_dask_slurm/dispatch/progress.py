@@ -67,6 +67,8 @@ class Reading:
     total: int | None
     in_flight: int
     load: Load | None
+    #: Worker jobs running (None: the farm does not grow with worker jobs).
+    worker_jobs: int | None = None
 
 
 def figures(
@@ -101,5 +103,6 @@ def figures(
             "alive": load.workers if load else None,
             "slots": load.slots if load else None,
             "busy_share": min(1.0, load.running / load.slots) if load and load.slots else None,
+            "worker_jobs": now.worker_jobs,
         },
     }  # fmt: skip

@@ -158,9 +158,12 @@ def start_status(
         usage_report_dir=str(config.usage_report_dir) if config.usage_report_dir else None,
     )  # fmt: skip
 
+    pool = getattr(source, "pool", None)  # a farm that grows with worker jobs
+
     def read() -> Reading:
         done, total = hooks.progress()
-        return Reading(time.time(), done, total, in_flight(), scheduler_load(client))
+        jobs = pool.running_jobs() if pool is not None else None
+        return Reading(time.time(), done, total, in_flight(), scheduler_load(client), jobs)
 
     def landing_at() -> float | None:
         end = clock.watch.end if clock is not None else None

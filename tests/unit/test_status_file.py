@@ -67,7 +67,7 @@ def test_figures_from_two_readings() -> None:
     assert got["rate_per_minute"] == pytest.approx(30.0)
     assert got["eta_seconds"] == pytest.approx(67 / 30 * 60)
     assert got["fits_before_landing"] is True
-    assert got["workers"] == {"alive": 2, "slots": 8, "busy_share": 0.75}
+    assert got["workers"] == {"alive": 2, "slots": 8, "busy_share": 0.75, "worker_jobs": None}
     line = progress_line(got)
     assert line.startswith("40 of 107 jobs done, 6 running, 60 waiting, 1 failed, 2 lost; ")
     assert "30.0 jobs/min; end in ~2 min 14 s, fits before landing; 2 worker(s), 75% of 8" in line
