@@ -76,7 +76,10 @@ def figures(
 ) -> dict[str, Any]:
     """The status file's progress figures from two successive readings (the rate is over
     the time between them)."""
-    running = min(now.in_flight, now.load.running) if now.load is not None else None
+    load = now.load
+    # Dask hands a worker more tasks than it has threads (they wait there): at most the
+    # threads run. A job of several threads fills one slot here, so the share is a floor.
+    running = min(now.in_flight, load.running, load.slots) if load is not None else None
     waiting = None
     if now.total is not None and now.done is not None:
         waiting = max(0, now.total - now.done - (running or 0) - counts.failed)
@@ -87,7 +90,6 @@ def figures(
     eta = None
     if rate and now.total is not None and now.done is not None:
         eta = max(0.0, (now.total - now.done) / rate * 60)
-    load = now.load
     return {
         "jobs": {
             "done": now.done, "total": now.total, "running": running, "waiting": waiting,
@@ -102,7 +104,7 @@ def figures(
         "workers": {
             "alive": load.workers if load else None,
             "slots": load.slots if load else None,
-            "busy_share": min(1.0, load.running / load.slots) if load and load.slots else None,
+            "busy_share": (running or 0) / load.slots if load and load.slots else None,
             "worker_jobs": now.worker_jobs,
         },
     }  # fmt: skip

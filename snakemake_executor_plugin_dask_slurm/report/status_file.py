@@ -80,7 +80,8 @@ def _rate(data: Mapping[str, Any]) -> str:
 
 def _eta(data: Mapping[str, Any]) -> str:
     left = data.get("eta_seconds")
-    if left is None:
+    jobs = data.get("jobs", {})
+    if left is None or jobs.get("done") == jobs.get("total"):
         return ""
     fits = data.get("fits_before_landing")
     fit = "" if fits is None else (", fits before landing" if fits else ", NOT before landing")

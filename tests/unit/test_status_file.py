@@ -73,6 +73,12 @@ def test_figures_from_two_readings() -> None:
     assert "30.0 jobs/min; end in ~2 min 14 s, fits before landing; 2 worker(s), 75% of 8" in line
 
 
+def test_running_is_at_most_the_threads() -> None:
+    got = figures(Reading(5.0, 0, 30, 20, Load(1, 2, 20)), None, counts(), None)
+    assert got["jobs"]["running"] == 2 and got["jobs"]["waiting"] == 28
+    assert got["workers"]["busy_share"] == 1.0
+
+
 def test_figures_without_a_scheduler_answer_or_a_first_reading() -> None:
     got = figures(Reading(5.0, 0, 3, 2, None), None, counts(), None)
     assert got["jobs"]["running"] is None and got["rate_per_minute"] is None
