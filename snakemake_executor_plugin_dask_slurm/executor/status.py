@@ -4,6 +4,7 @@ their own: nothing here runs per job (:mod:`..dispatch.progress` counts; this re
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
@@ -18,7 +19,7 @@ from ..clusters.base import ClusterSource
 from ..config import RunConfig
 from ..dispatch.clock.allocation import AllocationClock
 from ..dispatch.listeners import Listeners
-from ..dispatch.progress import ProgressCounts, Reading, figures, scheduler_load
+from ..dispatch.progress import Load, ProgressCounts, Reading, figures, scheduler_load
 from ..report.status_file import (
     FAILED,
     FILE_EVERY,
@@ -67,7 +68,7 @@ class StatusReporter:
     """The thread that writes the status file and says the progress line."""
 
     def __init__(
-        self, facts: dict[str, Any], counts: ProgressCounts, read: Callable[[], Reading],
+        self, facts: dict[str, Any], counts: ProgressCounts, read: Callable[[bool], Reading],
         say: Callable[[str], None], landing_at: Callable[[], float | None],
     ) -> None:  # fmt: skip
         self.path = Path(facts["run_dir"]) / STATUS_NAME
@@ -87,9 +88,9 @@ class StatusReporter:
         self._write(RUNNING, self._reading())
         self._thread.start()
 
-    def _reading(self) -> Reading | None:
+    def _reading(self, ask_scheduler: bool = True) -> Reading | None:
         try:
-            return self._read()
+            return self._read(ask_scheduler)
         except Exception:  # never the run's failure: a round with no figures
             logger.debug("status: no reading", exc_info=True)
             return None
@@ -123,7 +124,13 @@ class StatusReporter:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(FILE_EVERY + 5)
-        data = self._write(state, self._reading())
+        # Not the scheduler at the end: it may be gone, and the run's end must not wait.
+        # Its workers as last seen, running nothing: every job was told or stopped.
+        reading = self._reading(ask_scheduler=False)
+        seen = self._readings[-1].load if self._readings else None
+        if reading is not None and seen is not None:
+            reading = dataclasses.replace(reading, load=Load(seen.workers, seen.slots, 0))
+        data = self._write(state, reading)
         if data and self._interval and state != RUNNING:
             self._say(f"{progress_line(data)}; the run ended: {state}")
 
@@ -160,10 +167,11 @@ def start_status(
 
     pool = getattr(source, "pool", None)  # a farm that grows with worker jobs
 
-    def read() -> Reading:
+    def read(ask_scheduler: bool) -> Reading:
         done, total = hooks.progress()
         jobs = pool.running_jobs() if pool is not None else None
-        return Reading(time.time(), done, total, in_flight(), scheduler_load(client), jobs)
+        load = scheduler_load(client) if ask_scheduler else None
+        return Reading(time.time(), done, total, in_flight(), load, jobs)
 
     def landing_at() -> float | None:
         end = clock.watch.end if clock is not None else None

@@ -107,7 +107,7 @@ def progress_line(data: Mapping[str, Any]) -> str:
     wj = "" if worker_jobs is None else f" in {worker_jobs} worker job(s)"
     return (
         f"{_count(jobs.get('done'))} of {_count(jobs.get('total'))} jobs done, "
-        f"{jobs.get('running', 0)} running, {jobs.get('waiting', 0)} waiting, "
+        f"{_count(jobs.get('running'))} running, {_count(jobs.get('waiting'))} waiting, "
         f"{jobs.get('failed', 0)} failed, {jobs.get('lost', 0)} lost"
-        f"{_rate(data)}{_eta(data)}; {workers.get('alive', 0)} worker(s){wj}{share}"
+        f"{_rate(data)}{_eta(data)}; {_count(workers.get('alive'))} worker(s){wj}{share}"
     )
