@@ -93,7 +93,7 @@ def test_a_live_run_then_its_success(workflow: Workflow) -> None:
         # running the jobs held; waiting only the target rule `all`.
         assert data["jobs"] == {
             "done": 2, "total": 7, "running": len(held), "waiting": 1, "in_flight": 4,
-            "succeeded": 2, "failed": 0, "lost": 0,
+            "succeeded": 2, "failed": 0, "lost": 0, "stopped": 0,
         }, data  # fmt: skip
         workers = {"alive": 1, "slots": SLOTS, "busy_share": 1.0, "worker_jobs": None}
         assert data["workers"] == workers, data
@@ -150,3 +150,20 @@ def test_a_run_killed_with_9_is_not_shown_as_running(workflow: Workflow) -> None
         assert "no run is live: the last run is gone without saying how it ended" in said, said
         assert "last seen" in said and "2 running" in said, said
         assert figures(workflow)["state"] == "running"  # as it was left: the pid tells
+
+
+@pytest.mark.workflow("status")
+def test_an_interrupted_run(workflow: Workflow) -> None:
+    """Ctrl-C: the held jobs are stopped, not failed; the run ended interrupted."""
+    with holding(workflow.path) as hold, started(workflow, hold, "count=2", "fast=0") as proc:
+        eventually(
+            "2 jobs held, and said in the status file",
+            lambda: figures(workflow).get("jobs", {}).get("running") == 2,
+            120, interval=0.2, check=still_running(proc),
+        )  # fmt: skip
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=120)
+    code, said = status(workflow)
+    assert code == 1 and "the last run ended: interrupted" in said, said + output
+    jobs = figures(workflow)["jobs"]
+    assert (jobs["failed"], jobs["stopped"], jobs["done"]) == (0, 2, 0), jobs

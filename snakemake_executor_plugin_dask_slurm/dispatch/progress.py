@@ -7,6 +7,7 @@ file's figures (pure)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,17 +19,25 @@ from .registry import JobRecord
 class ProgressCounts(JobListener):
     """How many tasks ended, by how: the rest of the progress is read elsewhere."""
 
-    def __init__(self) -> None:
+    def __init__(self, stopping: Callable[[], bool] = lambda: False) -> None:
+        #: Whether the run is stopping (Ctrl-C, SIGTERM, a failure): what ends then was
+        #: stopped, not failed.
+        self._stopping = stopping
         self.succeeded = 0
         self.failed = 0
         self.lost = 0
+        self.stopped = 0
 
     def ended(self, record: JobRecord, finished: Finished) -> None:
         if finished.ok:
             self.succeeded += 1
         elif finished.lost_on is not None:
             self.lost += 1
-        elif not finished.too_late:  # moved, not failed: it runs elsewhere
+        elif finished.too_late:  # moved, not failed: it runs elsewhere
+            pass
+        elif self._stopping():
+            self.stopped += 1
+        else:
             self.failed += 1
 
 
@@ -94,7 +103,7 @@ def figures(
         "jobs": {
             "done": now.done, "total": now.total, "running": running, "waiting": waiting,
             "in_flight": now.in_flight, "succeeded": counts.succeeded,
-            "failed": counts.failed, "lost": counts.lost,
+            "failed": counts.failed, "lost": counts.lost, "stopped": counts.stopped,
         },
         "rate_per_minute": rate,
         "eta_seconds": eta,

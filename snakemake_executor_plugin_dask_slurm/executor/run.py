@@ -369,8 +369,8 @@ class _Parts:
         submitter = Submitter(intake, registry, dispatcher, listeners, again)
         settler = Settler(registry, dispatcher, listeners, again, failures)
         status = start_status(
-            config, source, dispatcher.client, self.listeners, registry.in_flight, self.hooks,
-            clock,
+            config, source, dispatcher.client, self.listeners, registry.in_flight,
+            lambda: registry.stop_reason is not None, self.hooks, clock,
         )  # fmt: skip
         return WiredRun(
             source, dispatcher, failures, stopper, submitter, settler, clock, files, status

@@ -151,10 +151,11 @@ def end_state(
 
 def start_status(
     config: RunConfig, source: ClusterSource, client: Any, listeners: Listeners,
-    in_flight: Callable[[], int], hooks: Hooks, clock: AllocationClock | None,
+    in_flight: Callable[[], int], stopping: Callable[[], bool], hooks: Hooks,
+    clock: AllocationClock | None,
 ) -> StatusReporter:  # fmt: skip
     """The status file and line, started: a listener that counts, a thread that reads."""
-    counts = ProgressCounts()
+    counts = ProgressCounts(stopping)
     listeners.append(counts)
     link = getattr(source.security, "link_file", None)
     facts = run_facts(

@@ -62,7 +62,7 @@ def test_figures_from_two_readings() -> None:
     got = figures(now, before, counts(ok=30, failed=1, lost=2), landing_at=2000.0)
     assert got["jobs"] == {
         "done": 40, "total": 107, "running": 6, "waiting": 107 - 40 - 6 - 1, "in_flight": 9,
-        "succeeded": 30, "failed": 1, "lost": 2,
+        "succeeded": 30, "failed": 1, "lost": 2, "stopped": 0,
     }  # fmt: skip
     assert got["rate_per_minute"] == pytest.approx(30.0)
     assert got["eta_seconds"] == pytest.approx(67 / 30 * 60)
@@ -71,6 +71,15 @@ def test_figures_from_two_readings() -> None:
     line = progress_line(got)
     assert line.startswith("40 of 107 jobs done, 6 running, 60 waiting, 1 failed, 2 lost; ")
     assert "30.0 jobs/min; end in ~2 min 14 s, fits before landing; 2 worker(s), 75% of 8" in line
+
+
+def test_what_ends_while_the_run_stops_was_stopped_not_failed() -> None:
+    stopping = False
+    c = ProgressCounts(lambda: stopping)
+    c.ended(None, Finished("a", False))  # type: ignore[arg-type]
+    stopping = True  # (Snakemake cancels the rest after a failure, or on Ctrl-C)
+    c.ended(None, Finished("b", False))  # type: ignore[arg-type]
+    assert (c.failed, c.stopped) == (1, 1)
 
 
 def test_running_is_at_most_the_threads() -> None:
