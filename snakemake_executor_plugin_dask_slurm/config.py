@@ -56,6 +56,8 @@ class RunConfig:
     usage_report_dir: Path | None = None
     #: General-way jobs run on the warm path where they can (--dask-slurm-no-warm: never).
     warm: bool = True
+    #: Seconds between progress lines (0: none; the status file is written anyway).
+    status_interval: float = 60.0
 
 
 #: The usage reports' directory inside the run directory, unless set.
@@ -281,6 +283,7 @@ def _check_values(settings: ExecutorSettings) -> None:
     for option, value in (
         ("--dask-slurm-landing-margin", settings.landing_margin),
         ("--dask-slurm-runtime-margin", settings.runtime_margin),
+        ("--dask-slurm-status-interval", settings.status_interval),
     ):
         if value < 0:
             raise DaskSlurmError(f"{option} must be 0 or more seconds, got {value}.")
@@ -353,4 +356,5 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         warnings=warnings,
         usage_report_dir=usage_report_dir,
         warm=not settings.no_warm,
+        status_interval=float(settings.status_interval),
     )

@@ -119,7 +119,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         default=120,
         metadata={
             "help": "Seconds to wait for the scheduler and for every expected worker "
-            "to register before giving up (and stopping what was started).",
+            "to register before giving up (and stopping what was started). Default: 120.",
             "env_var": True,
         },
     )
@@ -193,7 +193,7 @@ class ExecutorSettings(ExecutorSettingsBase):
             "in a new allocation). Covers SLURM's KillWait (30 s by default). At most a "
             "quarter of the time left at start. Worker jobs land the same way before their "
             "own time limits (their jobs that cannot finish run again elsewhere). 0: do not "
-            "watch the clock.",
+            "watch the clock. Default: 120.",
             "env_var": True,
         },
     )
@@ -207,7 +207,7 @@ class ExecutorSettings(ExecutorSettingsBase):
             "heartbeats in any case (0.5 s apart with up to 10 workers: 5 s; 1 s apart with "
             "up to 50, 2 s with up to 200), and fewer would take a worker busy for a moment "
             "for a stopped one. Not for --dask-slurm-cluster attach (the scheduler is not "
-            "ours).",
+            "ours). Default: 30.",
             "env_var": True,
         },
     )
@@ -216,7 +216,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={
             "help": "Seconds added to a job's expected duration (its runtime resource, or "
             "what its rule's earlier jobs took) when deciding whether it can finish before "
-            "the run lands.",
+            "the run lands. Default: 30.",
             "env_var": True,
         },
     )
@@ -245,7 +245,7 @@ class ExecutorSettings(ExecutorSettingsBase):
     )
     worker_job_nodes: int = field(
         default=1,
-        metadata={"help": "Nodes per worker job.", "env_var": True},
+        metadata={"help": "Nodes per worker job. Default: 1.", "env_var": True},
     )
     worker_job_cpus: Optional[int] = field(
         default=None,
@@ -285,7 +285,7 @@ class ExecutorSettings(ExecutorSettingsBase):
         metadata={
             "help": "Seconds a worker job may sit idle, with no job waiting, before it is "
             "retired (its workers leave through the scheduler, then the job ends); pending "
-            "worker jobs are cancelled after the same quiet time.",
+            "worker jobs are cancelled after the same quiet time. Default: 60.",
             "env_var": True,
         },
     )
@@ -330,6 +330,18 @@ class ExecutorSettings(ExecutorSettingsBase):
             "help": "Where the usage reports go: each run writes its own subdirectory "
             "(<date>-<time>-<run id>), and 'latest' points at the newest. Default: usage/ "
             "in the run directory (--dask-slurm-run-dir).",
+            "env_var": True,
+        },
+    )
+    status_interval: int = field(
+        default=60,
+        metadata={
+            "help": "Seconds between the run's progress lines ('dask-slurm: ...', shown "
+            "under -q too: jobs done of the total, running, waiting, failed, lost; the rate, "
+            "the expected end; workers and how busy they are). 0: no line. The status file "
+            "(.snakemake/dask-slurm/status.json, read by 'python -m "
+            "snakemake_executor_plugin_dask_slurm status') is written every few seconds "
+            "whatever this is. Default: 60.",
             "env_var": True,
         },
     )

@@ -110,7 +110,8 @@ def test_failing_rule_stops_the_run_with_a_useful_message(workflow: Workflow) ->
     assert "rule bad (jobid" in out and "exited with code 3" in out, out
     assert "bad-line-30" in out and "about-to-fail" in out, "log tail missing"
     assert "bad-line-5\n" not in out, "more than the last lines were quoted"
-    assert "Full log: .snakemake/dask-slurm/logs/jobs/bad.attempt1.log\n" in out
+    log = workflow.path / ".snakemake/dask-slurm/logs/jobs/bad.attempt1.log"
+    assert f"\n    Full log: {log}\n" in out  # indented like Snakemake's block, absolute
     assert "cluster/cloud log" not in out  # no pointer to a log that does not exist
     assert "Exiting because a job execution failed" in out
 

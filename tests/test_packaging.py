@@ -36,6 +36,7 @@ def test_discovered_from_a_normal_wheel_install(tmp_path: Path) -> None:
     assert (package / "__init__.py").exists()
     assert (package / "py.typed").exists(), "the wheel must mark the package as typed"
     assert (package / "worker" / "supervisor.py").exists(), "every subpackage is in the wheel"
+    assert (target / "bin" / "dask-slurm-status").exists(), "the status command's script"
     for script in ("page.js", "plots.js"):
         assert (package / "report" / "usage" / script).exists(), "report.html's script too"
     # PYTHONPATH comes before the editable install's path entry, so the wheel's copy is
@@ -57,6 +58,15 @@ def test_snakemake_cli_lists_the_settings() -> None:
     assert "--dask-slurm-cluster VALUE" in out.stdout
     assert "'auto': srun inside" in out.stdout
     assert "--dask-slurm-no-direct-shell" in out.stdout
+    # argparse shows no default unless the help says it: every numeric one does.
+    helps = " ".join(out.stdout.split())
+    for flag, default in [
+        ("startup-timeout", 120), ("landing-margin", 120), ("worker-ttl", 30),
+        ("runtime-margin", 30), ("worker-job-nodes", 1), ("worker-job-idle", 60),
+        ("status-interval", 60),
+    ]:  # fmt: skip
+        said = helps.split(f"--dask-slurm-{flag} VALUE ", 1)[1].split(" [env var:")[0]
+        assert f"Default: {default}." in said, (flag, said)
 
 
 @pytest.mark.parametrize(

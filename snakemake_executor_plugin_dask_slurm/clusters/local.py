@@ -59,4 +59,5 @@ class LocalProcessCluster(ProcessCluster):
 
     def summary(self) -> list[str]:
         logs = self.spec.scheduler.log_path.parent
-        return [f"Dask: {self.description}; logs in {logs}", *self.dashboard_lines()]
+        # Its description was said as it started (run.py): said once.
+        return [f"local Dask cluster up; logs in {logs}", *self.dashboard_lines()]

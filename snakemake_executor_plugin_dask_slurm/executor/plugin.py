@@ -166,6 +166,7 @@ class Executor(RemoteExecutor):
 
     def _start(self, source: ClusterSource, files: RunFiles | None) -> WiredRun:
         from ..dispatch.again import Snakemake
+        from ..snakemake_internals.scheduler import progress as snakemake_progress
         from .run import Hooks, WiredRun
 
         hooks = Hooks(
@@ -180,6 +181,7 @@ class Executor(RemoteExecutor):
             on_removed=self._on_removed,
             exit_gracefully=self._exit_gracefully,
             key_of=self.job_key,
+            progress=lambda: snakemake_progress(self.workflow),
         )
         return WiredRun.start(
             source, self.config, self._registry, self._listeners, self._builder, hooks,
@@ -280,6 +282,7 @@ class Executor(RemoteExecutor):
             run = self._run
             if run is not None:  # outcomes the status thread did not drain before it ended
                 run.settler.tell_finished()
+                self._end_status(run)
             command = shlex.join(sys.argv)
             self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()
@@ -287,6 +290,15 @@ class Executor(RemoteExecutor):
             quick_exit.collect_then_skip_at_exit()  # Snakemake's exit: 0.3 s less
             if timing.ON:
                 timing.record("shutdown", began, time.time())
+
+    def _end_status(self, run: WiredRun) -> None:
+        """The status file's last write: how the run ended."""
+        from ..snakemake_internals.scheduler import progress
+        from .status import end_state
+
+        done, total = progress(self.workflow)
+        interrupted = self._registry.stop_reason is not None
+        run.status.close(end_state(run.status.counts, interrupted, done, total))
 
     def close_cluster(self) -> None:
         """Close the run once (see :meth:`.run.WiredRun.close`), or a cluster launched for

@@ -46,6 +46,7 @@ from ..worker.warm_host import PRIME_VARIABLE
 from . import signals
 from .failures import Failures, Stopper
 from .say import Say
+from .status import StatusReporter, start_status
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class Hooks:
     exit_gracefully: Callable[[], None]
     #: The Dask key of a Snakemake job.
     key_of: Callable[[Any], str]
+    #: Snakemake's jobs done and its total (:func:`..snakemake_internals.scheduler.progress`).
+    progress: Callable[[], tuple[int | None, int | None]] = lambda: (None, None)
 
 
 #: In the run directory: the job command the workers' warm processes parse at their start.
@@ -237,6 +240,8 @@ class WiredRun:
     settler: Settler
     clock: AllocationClock | None
     files: RunFiles
+    #: The status file and progress line (executor/status.py).
+    status: StatusReporter
 
     @classmethod
     def start(
@@ -363,7 +368,13 @@ class _Parts:
         )  # fmt: skip
         submitter = Submitter(intake, registry, dispatcher, listeners, again)
         settler = Settler(registry, dispatcher, listeners, again, failures)
-        return WiredRun(source, dispatcher, failures, stopper, submitter, settler, clock, files)
+        status = start_status(
+            config, source, dispatcher.client, self.listeners, registry.in_flight,
+            lambda: registry.stop_reason is not None, self.hooks, clock,
+        )  # fmt: skip
+        return WiredRun(
+            source, dispatcher, failures, stopper, submitter, settler, clock, files, status
+        )
 
     def _clocks(self, stopper: Stopper) -> tuple[AllocationClock | None, Placement | None]:
         """The allocation's clock and every worker's (docs/architecture.md), each a

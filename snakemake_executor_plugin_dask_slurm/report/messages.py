@@ -31,10 +31,9 @@ def job_label(job: Any) -> str:
     return f"rule {job.name} (jobid {job.jobid}, attempt {job.attempt})"
 
 
-def _short_path(path: str) -> str:
-    """``path`` relative to the working directory when it is inside it."""
-    relative = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if relative.startswith("..") else relative
+#: The indentation of Snakemake's error block ("    message: ..."), which the last line
+#: of a failure's message takes too.
+BLOCK = "    "
 
 
 def failure_message(
@@ -42,7 +41,7 @@ def failure_message(
 ) -> str:
     """Rule, what happened (``outcome``, or without one the ``problem``), the end of the
     job's output, and where the full log is."""
-    log = _short_path(log_path)
+    log = os.path.abspath(log_path)  # as the block's own "log:" line is
     label = job_label(job)
     if outcome is None:
         return f"{label} did not finish: {problem}. Log: {log}\n"
@@ -52,7 +51,7 @@ def failure_message(
     tail = "\n".join(QUOTE + line for line in (outcome.tail.strip() or "(no output)").splitlines())
     return (
         f"{label} {what} on {outcome.host} after {outcome.finished - outcome.started:.1f} s "
-        f"(run the {way} way). Last lines of its output:\n{tail}\nFull log: {log}\n"
+        f"(run the {way} way). Last lines of its output:\n{tail}\n{BLOCK}Full log: {log}\n"
     )
 
 

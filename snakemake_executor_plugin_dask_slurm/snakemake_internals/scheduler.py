@@ -247,6 +247,19 @@ def tune(scheduler: Any, lift_rate_limit: bool, subsample: int | None, greedy: b
             scheduler._job_selector = scheduler.job_selector_greedy
 
 
+def progress(workflow: Any) -> tuple[int | None, int | None]:
+    """Snakemake's own "N of M steps done": its scheduler's ``finished_jobs`` (a group's
+    members each counted, local and no-op jobs too) and its DAG's length; None for what
+    is not there (read on the status thread, once a round: plain integers)."""
+    done = getattr(getattr(workflow, "scheduler", None), "finished_jobs", None)
+    dag = getattr(workflow, "dag", None)
+    try:
+        total = len(dag) if dag is not None else None
+    except TypeError:
+        total = None
+    return (done if isinstance(done, int) else None), total
+
+
 def tuned_names() -> str:
     """What :func:`tune` finds on Snakemake's ``JobScheduler`` (:func:`.guard.present`)."""
     from snakemake.scheduling.job_scheduler import JobScheduler

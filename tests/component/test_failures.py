@@ -207,7 +207,7 @@ def outcome(returncode: int) -> TaskOutcome:
 def failed_message(tmp_path: Path, what: str) -> str:
     return (
         f"rule thin (jobid 1, attempt 1) {what} on n1 after 2.5 s (run the general way). "
-        f"Last lines of its output:\n  | oops\nFull log: {tmp_path / KEY}.log\n"
+        f"Last lines of its output:\n  | oops\n    Full log: {tmp_path / KEY}.log\n"
     )
 
 

@@ -187,6 +187,19 @@ def test_a_worker_module_imports_neither_snakemake_nor_the_plugin() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_status_command_imports_neither_snakemake_nor_dask() -> None:
+    """``python -m ... status`` on a login node: quick, the standard library only."""
+    probe = (
+        f"import sys, {NAME}.__main__, {NAME}.report.status_command;"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('snakemake', 'snakemake_interface_common', 'snakemake_interface_executor_plugins', "
+        "'distributed', 'dask', 'tornado'));"
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_warm_process_imports_no_main_side_module_and_no_dask() -> None:
     """Its own modules bring only warm/ and worker/; Snakemake's plugin registry then
     imports every executor plugin (this one's executor too, as `python -m snakemake`

@@ -58,6 +58,7 @@ def test_srun_outside_an_allocation_says_how_to_get_one() -> None:
         (ExecutorSettings(worker_ttl=4), "Dask counts a worker as stopped only after 10"),
         (ExecutorSettings(landing_margin=-1), "--dask-slurm-landing-margin must be 0 or more"),
         (ExecutorSettings(runtime_margin=-5), "--dask-slurm-runtime-margin must be 0 or more"),
+        (ExecutorSettings(status_interval=-1), "--dask-slurm-status-interval must be 0 or more"),
         (ExecutorSettings(dashboard_address="http://h:1"), "expected HOST:PORT or :PORT"),
     ],
 )  # fmt: skip

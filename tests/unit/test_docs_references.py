@@ -30,7 +30,7 @@ FOREIGN = (
     "docs/snakefiles/", "docs/executing/", "historical/", "/etc/", ".snakemake/",
     "snakemake_interface_executor_plugins/", "common/", "scheduler/",
     # inside the run directory (README's list), and what a benchmark run writes
-    "logs/", "workers/", "worker-jobs/", "warm-prime.json",
+    "logs/", "workers/", "worker-jobs/", "warm-prime.json", "status.json",
     "results.json", "results.md", "samples.json",
     # a run's usage report (docs/further.md)
     "usage/", "suggested-profile.yaml",

@@ -44,7 +44,7 @@ def test_failure_message_has_rule_code_host_tail_and_log() -> None:
     msg = failure_message(JOB, outcome, None, "direct", "/abs/x.log")
     assert msg.startswith("rule align (jobid 7, attempt 2) exited with code 3 on n2 after 2.5 s")
     assert "Last lines of its output:\n  | line a\n  | line b\n" in msg
-    assert msg.endswith("Full log: /abs/x.log\n")
+    assert msg.endswith("\n    Full log: /abs/x.log\n")
 
 
 def test_failure_message_for_start_errors_and_lost_tasks() -> None:

@@ -131,6 +131,10 @@ class WorkerJobs:
             self.backlog_since = None
             self.empty_since = self.empty_since or now
 
+    def running_jobs(self) -> int:
+        """Worker jobs whose workers joined (another thread may read it: a copy first)."""
+        return sum(1 for j in list(self.jobs.values()) if j.state is State.RUNNING)
+
     def _situation(self, waiting: float, now: float) -> policy.Situation:
         """What the policy decides from: the backlog and the live worker jobs."""
         live = [j for j in self.jobs.values() if j.state in LIVE]
