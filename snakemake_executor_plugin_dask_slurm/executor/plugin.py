@@ -35,12 +35,9 @@ from . import signals
 from .say import Say
 from .wakeup import Wakeup
 
-# The run's machinery (the cluster sources, the dispatcher, the failures, the usage
-# report) is imported when a run starts (``__post_init__``), not here: Snakemake's
-# executor registry imports this module in every Snakemake process of a machine where the
-# plugin is installed, whatever its executor, among them each warm process (its import of
-# Snakemake is what a small farm's first warm job waits for) and each cold job's own
-# Snakemake (tests/component/test_layering.py).
+# The run's machinery is imported when a run starts, not here: Snakemake imports this
+# module in every Snakemake process where the plugin is installed, each warm process and
+# each cold job's own among them (tests/component/test_layering.py).
 if TYPE_CHECKING:
     from ..clusters.base import ClusterSource
     from ..clusters.run_dir import RunFiles
@@ -282,7 +279,7 @@ class Executor(RemoteExecutor):
             run = self._run
             if run is not None:  # outcomes the status thread did not drain before it ended
                 run.settler.tell_finished()
-                self._end_status(run)
+                run.status.close(interrupted=self._registry.stop_reason is not None)
             command = shlex.join(sys.argv)
             self._listeners.run_ending(command)  # the usage report, written while it closes
             self.close_cluster()
@@ -290,15 +287,6 @@ class Executor(RemoteExecutor):
             quick_exit.collect_then_skip_at_exit()  # Snakemake's exit: 0.3 s less
             if timing.ON:
                 timing.record("shutdown", began, time.time())
-
-    def _end_status(self, run: WiredRun) -> None:
-        """The status file's last write: how the run ended."""
-        from ..snakemake_internals.scheduler import progress
-        from .status import end_state
-
-        done, total = progress(self.workflow)
-        interrupted = self._registry.stop_reason is not None
-        run.status.close(end_state(run.status.counts, interrupted, done, total))
 
     def close_cluster(self) -> None:
         """Close the run once (see :meth:`.run.WiredRun.close`), or a cluster launched for

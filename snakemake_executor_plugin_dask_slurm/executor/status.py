@@ -119,8 +119,9 @@ class StatusReporter:
             return None
         return data
 
-    def close(self, state: str) -> None:
-        """Stop the thread, then write how the run ended (once, whatever happens)."""
+    def close(self, interrupted: bool) -> None:
+        """Stop the thread, then write how the run ended (:func:`end_state`; once, whatever
+        happens); ``interrupted``: the run was stopped (Ctrl-C, SIGTERM, a landing)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(FILE_EVERY + 5)
@@ -130,6 +131,8 @@ class StatusReporter:
         seen = self._readings[-1].load if self._readings else None
         if reading is not None and seen is not None:
             reading = dataclasses.replace(reading, load=Load(seen.workers, seen.slots, 0))
+        done, total = (reading.done, reading.total) if reading is not None else (None, None)
+        state = end_state(self.counts, interrupted, done, total)
         data = self._write(state, reading)
         if data and self._interval and state != RUNNING:
             self._say(f"{progress_line(data)}; the run ended: {state}")

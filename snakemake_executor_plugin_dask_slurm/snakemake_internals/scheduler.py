@@ -250,7 +250,10 @@ def tune(scheduler: Any, lift_rate_limit: bool, subsample: int | None, greedy: b
 def progress(workflow: Any) -> tuple[int | None, int | None]:
     """Snakemake's own "N of M steps done": its scheduler's ``finished_jobs`` (a group's
     members each counted, local and no-op jobs too) and its DAG's length; None for what
-    is not there (read on the status thread, once a round: plain integers)."""
+    is not there, or on a Snakemake whose code is not the one this reads (:data:`PROGRESS`;
+    read on the status thread, once a round: plain integers)."""
+    if not progress_readable():
+        return None, None
     done = getattr(getattr(workflow, "scheduler", None), "finished_jobs", None)
     dag = getattr(workflow, "dag", None)
     try:
@@ -320,4 +323,38 @@ SETTINGS = Touch(
         "_lock,job_rate_limiter,resources['_job_count'],subsample,_job_selector,job_selector_greedy"
     ),
 )
-TOUCHES = (REMAINING_JOBS, FIRST_ROUND, SETTINGS)
+
+
+def progress_names() -> str:
+    """What :func:`progress` reads (:func:`.guard.present`)."""
+    import snakemake.api  # noqa: F401  (snakemake.dag alone is a circular import)
+    from snakemake.dag import DAG
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    init = source_of(JobScheduler.__init__)
+    return present(
+        [
+            ("finished_jobs", "self.finished_jobs = 0" in init),
+            ("DAG.__len__", "__len__" in vars(DAG)),
+        ]
+    )
+
+
+PROGRESS = Touch(
+    name="progress figures",
+    kind="read",
+    what="JobScheduler.finished_jobs and len(DAG) (Snakemake's 'N of M steps done')",
+    written_for="9.27.1",
+    without="the progress line and status file show no 'N of M jobs done'",
+    found=progress_names,
+    fingerprint="finished_jobs,DAG.__len__",
+)
+
+
+@functools.cache
+def progress_readable() -> bool:
+    """Whether :data:`PROGRESS` matches the running Snakemake (checked once)."""
+    return PROGRESS.matches()
+
+
+TOUCHES = (REMAINING_JOBS, FIRST_ROUND, SETTINGS, PROGRESS)

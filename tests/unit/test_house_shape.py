@@ -71,3 +71,12 @@ def test_no_two_classes_share_a_name() -> None:
                 where[node.name].append(path)
     shared = {name: paths for name, paths in where.items() if len(paths) > 1}
     assert not shared, f"class names with more than one meaning: {shared}"
+
+
+def test_the_executor_stays_glue() -> None:
+    """Snakemake's hooks call out (executor/run.py wires a run): plugin.py at most 300 lines,
+    ``Executor.__post_init__`` under 40."""
+    text = modules()["executor/plugin.py"]
+    assert len(text.splitlines()) <= 300, "executor/plugin.py: move what it wires to run.py"
+    lengths = dict(functions(ast.parse(text)))
+    assert lengths["Executor.__post_init__"] < 40, "Executor.__post_init__: wire in run.py"
