@@ -39,6 +39,7 @@ class WorkerJobLanding(JobListener):
         withdraw: Callable[[list[str], str], dict[str, float] | None],
         kill: Callable[[list[str]], object],
         expected: Callable[[JobRecord], float | None] = lambda record: record.expected,
+        learning: Durations | None = None,
     ):
         self._registry = registry
         self._expected = expected
@@ -48,7 +49,7 @@ class WorkerJobLanding(JobListener):
         self.jobs_stopped = 0
         self.jobs_moved = 0
         #: The rules' durations this learns itself (see :meth:`of`), if any.
-        self.learning: Durations | None = None
+        self.learning = learning
 
     @classmethod
     def of(
@@ -69,9 +70,8 @@ class WorkerJobLanding(JobListener):
             estimate = learned.estimate(record.job.name)
             return estimate[0] if estimate is not None else None
 
-        landing = cls(registry, withdraw, dispatcher.kill, expected)
-        landing.learning = learned if durations is None else None
-        return landing
+        learning = learned if durations is None else None
+        return cls(registry, withdraw, dispatcher.kill, expected, learning)
 
     def ended(self, record: JobRecord, finished: Finished) -> None:
         """What a job that succeeded took, when nothing else of the run learns it."""
