@@ -398,17 +398,17 @@ def test_a_node_cut_off_under_no_kill_leaves_the_run_to_the_others(
     check_never_two_at_once(workdir)
 
 
-PAUSE_SECONDS = 40.0
+PAUSE_SECONDS = 60.0
 
 
-def test_a_controller_stopped_for_40_s_mid_run_costs_nothing(
+def test_a_controller_stopped_for_60_s_mid_run_costs_nothing(
     slurm_cluster: SlurmTestCluster, tmp_path: Path, no_leftovers: str
 ) -> None:
-    """slurmctld stopped (SIGSTOP) for 40 s mid-run, longer than any timeout the plugin
+    """slurmctld stopped (SIGSTOP) for 60 s mid-run, longer than any timeout the plugin
     has towards SLURM (30 s): jobs keep starting and ending meanwhile, no false "allocation
     ended", the run completes; every output whole."""
     workdir = appenders(tmp_path)
-    count = 160
+    count = 240  # more than the farm ends in the pause (about 170 in 60 s): it goes on
     config = (f"count={count}",)
     with snakemake_in_salloc(slurm_cluster, workdir, no_leftovers, steps=10, config=config) as p:
         eventually("3 jobs started", lambda: started(workdir) >= 3, 120, 0.1, still_running(p))
@@ -421,7 +421,7 @@ def test_a_controller_stopped_for_40_s_mid_run_costs_nothing(
     assert code == 0, output
     assert "broke" not in output and "has ended" not in output, output
     print(f"{during} jobs ended while slurmctld was stopped for {PAUSE_SECONDS:g} s")
-    assert during >= 32, f"only {during} jobs ended while the controller was stopped"
+    assert during >= 48, f"only {during} jobs ended while the controller was stopped"
     check_outputs(workdir, count, 10)
     check_never_two_at_once(workdir)
 
