@@ -205,7 +205,10 @@ def check_scripts(tmp_path: Path, ways: dict[str, tuple[str, ...]], said: dict[s
     assert all("warm.zygote" not in proof[way]["parent"] for way in ("cold", "local"))
 
     def environment(way: str) -> dict[str, str]:
-        per_run = {"DASK_SLURM_JOB", "DASK_SLURM_OWNER_PID", "__DASK_PARENT_PID"}
+        per_run = {
+            "DASK_SLURM_JOB", "DASK_SLURM_OWNER_PID", "__DASK_PARENT_PID",
+            "DASK_SLURM_HTTP_TOKEN_FILE",  # the run's credentials directory names its pid
+        }  # fmt: skip
         env = proof[way]["env"]
         # a per-run variable's value differs, but not whether it is there
         return {
