@@ -1,7 +1,8 @@
 """The status command on an sbatch run of the SLURM test cluster, asked from the submit
-host (this process; the batch script runs on n1, another host): mid-way, judged live by
-the file's age (a pid on n1 cannot be checked from here), with the figures against the
-outputs and held jobs that exist; then after the run ended."""
+host (this process; the batch script runs on n3, another host, whose 8 CPUs run the 2 fast
+and the 4 held jobs at once, whatever order they start in): mid-way, judged live by the
+file's age (a pid on n3 cannot be checked from here), with the figures against the outputs
+and held jobs that exist; then after the run ended."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_an_sbatch_run_asked_from_the_submit_host(
             f"--config token={workflow.token} count=6 fast=2 {hold}\n"
         )
         job = slurm_cluster.sbatch(
-            script, ["-N1", "-w", "n1", "--exclusive", f"--output={workflow.path}/job.out",
+            script, ["-N1", "-w", "n3", "--exclusive", f"--output={workflow.path}/job.out",
                      "--time=5"],
         )  # fmt: skip
         output = lambda: (workflow.path / "job.out").read_text()  # noqa: E731
@@ -73,13 +74,13 @@ def test_an_sbatch_run_asked_from_the_submit_host(
             and d["jobs"]["done"] == 2 and d["jobs"]["running"] == 4 and d,
             30, interval=0.2,
         )  # fmt: skip
-        assert data["host"] == "n1" != socket.gethostname(), data
+        assert data["host"] == "n3" != socket.gethostname(), data
         assert data["allocation"]["job_id"] == job and data["cluster"] == "srun", data
         assert data["jobs"]["total"] == 7 and data["jobs"]["waiting"] == 1, data
-        assert data["workers"]["alive"] == 1 and data["workers"]["slots"] == 4, data
+        assert data["workers"]["alive"] == 1 and data["workers"]["slots"] == 8, data
         code, said = status(workflow)
         assert code == 0, said + output()
-        assert "live on n1 (its process cannot be checked from" in said, said
+        assert "live on n3 (its process cannot be checked from" in said, said
         assert f"SLURM job {job}" in said and "2 of 7 jobs done, 4 running" in said, said
         release(workflow.path)
         state, _ = slurm_cluster.wait_job(job, timeout=120)
