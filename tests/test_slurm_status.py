@@ -6,37 +6,21 @@ and held jobs that exist; then after the run ended."""
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
-import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.appenders import holding, release
 from tests.conftest import VENV_BIN, Workflow
+from tests.test_status import figures, status
 from tests.waiting import eventually
 
 if TYPE_CHECKING:
     from tests.slurm_cluster.fixtures import SlurmTestCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.e2e]
-
-
-def status(workflow: Workflow, *args: str) -> tuple[int, str]:
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake_executor_plugin_dask_slurm", "status",
-         str(workflow.path), *args],
-        capture_output=True, text=True, timeout=60, cwd="/",
-    )  # fmt: skip
-    return done.returncode, done.stdout + done.stderr
-
-
-def figures(workflow: Workflow) -> dict[str, Any]:
-    _, out = status(workflow, "--json")
-    return json.loads(out) if out.startswith("{") else {}
 
 
 def present(workflow: Workflow, name: str) -> set[str]:
