@@ -278,7 +278,9 @@ class WiredRun:
             )  # fmt: skip
             listeners.extend([usage] if usage else [])
             listeners.append(ColdWays(say.info))
-            dispatcher = Dispatcher(client, hooks.wake, hooks.on_removed, listeners)
+            dispatcher = Dispatcher(
+                client, hooks.wake, hooks.on_removed, listeners, config.batch_size
+            )
         except BaseException:
             stop(source, files)
             raise

@@ -185,10 +185,7 @@ def _run_cold_after_loss(
 
 
 def run_task(spec: TaskSpec) -> TaskOutcome:
-    """Run one job's command to completion (called by Dask on a worker thread).
-
-    Raises :class:`JobFailed` if it did not succeed.
-    """
+    """Run one job's command to completion; :class:`JobFailed` if it did not succeed."""
     return run_measured(spec)[0]
 
 
@@ -307,7 +304,11 @@ def run_and_report(spec: TaskSpec) -> None:
     """
     from distributed import get_worker
 
-    worker = get_worker()
+    report(get_worker(), spec)
+
+
+def report(worker: Any, spec: TaskSpec) -> None:
+    """:func:`run_and_report` on ``worker``, from any thread (a batch's job: :mod:`.batch`)."""
     try:
         msg = _ended(spec, str(worker.name))
     except BaseException as e:  # its event could not be written: a bug
