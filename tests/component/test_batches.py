@@ -78,15 +78,15 @@ def test_withdrawing_one_job_of_a_waiting_batch_moves_all_and_none_starts(
     blocker = spec(tmp_path, "blocker", f"{GATE}true", rule="other")
     dispatcher.submit_many([(blocker, {"cpus": 4})])
     eventually("the blocker runs", lambda: dispatcher.ran("blocker") or _running(client), 30)
-    waiting = [spec(tmp_path, f"w-{i}", f"touch w-{i}.started") for i in range(3)]
+    waiting = [spec(tmp_path, f"bw-{i}", f"touch bw-{i}.started") for i in range(3)]
     dispatcher.submit_many([(s, {"cpus": 1}) for s in waiting])
-    assert restrictions(client, {"w-0-b3"}) == {"w-0-b3": {"cpus": 3.0}}
-    assert dispatcher.withdraw(["w-1"], move="its worker job lands") == {}
+    assert restrictions(client, {"bw-0-b3"}) == {"bw-0-b3": {"cpus": 3.0}}
+    assert dispatcher.withdraw(["bw-1"], move="its worker job lands") == {}
     taken = wait_for(dispatcher, 3, woken)
     assert [(f.key, f.too_late, f.problem) for f in taken] == [
-        ("w-0", True, BATCH_MOVE), ("w-1", True, "its worker job lands"), ("w-2", True, BATCH_MOVE),
+        ("bw-0", True, BATCH_MOVE), ("bw-1", True, "its worker job lands"), ("bw-2", True, BATCH_MOVE),
     ]  # fmt: skip
-    eventually("the batch's task is cancelled", lambda: "w-0-b3" not in scheduler_keys(client), 10)
+    eventually("the batch's task is cancelled", lambda: "bw-0-b3" not in scheduler_keys(client), 10)
     (tmp_path / "go").touch()
     (end,) = wait_for(dispatcher, 1, woken)
     assert (end.key, end.ok) == ("blocker", True)
@@ -106,18 +106,18 @@ def test_stopping_one_job_of_a_running_batch_leaves_the_others_running(
 ) -> None:
     woken = threading.Event()
     dispatcher = Dispatcher(client, woken.set, batch_limit=4)
-    script = "touch s-{0}.started; " + GATE + "echo {0} > s-{0}.out"
-    jobs = [spec(tmp_path, f"s-{i}", script.format(i)) for i in range(3)]
+    script = "touch bs-{0}.started; " + GATE + "echo {0} > bs-{0}.out"
+    jobs = [spec(tmp_path, f"bs-{i}", script.format(i)) for i in range(3)]
     dispatcher.submit_many([(s, {"cpus": 1}) for s in jobs])
     eventually("the batch's jobs started", lambda: len(started(tmp_path)) == 3, 30)
-    assert dispatcher.stop(["s-1"]) == {"s-1"}
+    assert dispatcher.stop(["bs-1"]) == {"bs-1"}
     (stopped,) = wait_for(dispatcher, 1, woken)
-    assert stopped.key == "s-1" and stopped.outcome is not None
+    assert stopped.key == "bs-1" and stopped.outcome is not None
     assert stopped.outcome.returncode == -15
     (tmp_path / "go").touch()
     rest = wait_for(dispatcher, 2, woken)
-    assert [(f.key, f.ok) for f in rest] == [("s-0", True), ("s-2", True)]
-    assert not (tmp_path / "s-1.out").exists()
+    assert [(f.key, f.ok) for f in rest] == [("bs-0", True), ("bs-2", True)]
+    assert not (tmp_path / "bs-1.out").exists()
 
 
 def test_a_lost_worker_loses_only_the_jobs_of_its_batch_that_had_not_ended(
