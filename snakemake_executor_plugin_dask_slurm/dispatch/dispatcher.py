@@ -6,23 +6,22 @@ would be run again by Dask if its worker died afterwards (Dask recomputes lost r
 that are wanted), and that would run a job twice, the second copy rewriting an output
 Snakemake already accepted. So the outcome does not travel as a task result: the task
 itself sends it as a Dask event (:func:`..worker.task.run_and_report`, topic
-:data:`..worker.task.EVENT_TOPIC`), which the scheduler pushes to this client; and the
-scheduler's own ``remove-worker`` events (topic ``all``) say which tasks a dead worker
-held (they fail: the plugin's scheduler never re-runs them, see ``scheduler_preload``).
+:data:`..worker.task.EVENT_TOPIC`; a list for a batch's jobs that end at once), which the
+scheduler pushes to this client; the scheduler's own ``remove-worker`` events (topic
+``all``) say which tasks a dead worker held (they fail: see ``scheduler_preload``).
 
 The hot path: ``submit_many`` runs on Snakemake's scheduling thread for every chunk of a
 scheduling round, so it only hands the tasks to the client (non-blocking, one
-``Client.map`` — one graph update — per distinct resource request).
+``Client.map`` — one graph update — per distinct resource request and batch size).
+Completion is event-driven: the event handler records the outcome and wakes the
+executor's status loop, which ``drain``s every finished task and settles it.
 
 **Batches** (``batch_limit`` > 1): jobs of one rule in a chunk may share a Dask task
-(:mod:`.batching` decides, :mod:`..worker.batch` runs them). Everything here still speaks
-of jobs by their own keys (events, what started, kills, withdrawals); only the Dask side
-knows the batch's key: a dead worker's batch is its jobs not yet ended, and a batch is
-cancelled only once none of its jobs is left to it. A withdrawal or a stop takes back the
-unstarted jobs of every batch it touches, the others' too (moved: nothing ran), so that no
-batch is ever left waiting with a job the plugin has taken back. Completion is
-event-driven: the event handler records the outcome and wakes the executor's status
-loop, which then ``drain``s every finished task and settles it (:class:`.ends.Settler`).
+(:mod:`.batching` decides, :mod:`..worker.batch` runs them). Here jobs are still named by
+their own keys (events, what started, kills, withdrawals); only Dask knows the batch's: a
+dead worker's batch is its jobs not yet ended; a batch is cancelled only once it carries
+nothing else pending; a withdrawal or a stop also moves the unstarted other jobs of the
+batches it touches, so that no batch waits holding a job the plugin took back.
 """
 
 from __future__ import annotations
@@ -232,8 +231,9 @@ class Dispatcher:
 
     def _on_job_event(self, event: tuple[float, Any]) -> None:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
-        if isinstance(msg, dict) and (finished := finished_from_event(msg)) is not None:
-            self._finish(finished)
+        for one in msg if isinstance(msg, (list, tuple)) else (msg,):
+            if isinstance(one, dict) and (finished := finished_from_event(one)) is not None:
+                self._finish(finished)
 
     def _on_scheduler_event(self, event: tuple[float, Any]) -> Any:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None

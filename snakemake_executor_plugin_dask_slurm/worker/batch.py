@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .task import report
+from .task import EVENT_TOPIC, report
 from .wire import TaskSpec
 
 
@@ -79,12 +79,42 @@ class Members:
 MEMBERS = Members()
 
 
+class Ends:
+    """The events of a worker's batch jobs that end at once, sent as one Dask event (a
+    list of theirs): the first that ends asks the worker's event loop to send, and every
+    end that comes before the loop gets to it goes along. Nothing waits: the loop hop is
+    the one ``Worker.log_event`` makes from any thread but the loop's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: list[Any] = []
+
+    def send(self, worker: Any, event: Any) -> None:
+        with self._lock:
+            first = not self._waiting
+            self._waiting.append(event)
+        if first:
+            worker.loop.add_callback(self._flush, worker)
+
+    def _flush(self, worker: Any) -> None:
+        with self._lock:
+            events, self._waiting = self._waiting, []
+        if events:
+            worker.log_event(EVENT_TOPIC, events if len(events) > 1 else events[0])
+
+
+#: This worker process's batch jobs' ends.
+ENDS = Ends()
+
+
 def run_batch(worker: Any, specs: tuple[TaskSpec, ...], members: Members = MEMBERS) -> None:
     """Run every job of ``specs`` at once on ``worker``, each reported on its own as it
-    ends (:func:`.task.report`); return when all have ended."""
-    others = [members.start(functools.partial(report, worker, spec)) for spec in specs[1:]]
+    ends (:func:`.task.report`, through :data:`ENDS`); return when all have ended."""
+    others = [
+        members.start(functools.partial(report, worker, spec, ENDS.send)) for spec in specs[1:]
+    ]
     if specs:
-        report(worker, specs[0])
+        report(worker, specs[0], ENDS.send)
     for done in others:
         done.wait()
 

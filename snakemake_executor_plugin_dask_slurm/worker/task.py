@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import proctree, quick_exit, timing, warm_host
@@ -299,16 +300,15 @@ def run_and_report(spec: TaskSpec) -> None:
 
     Never raises and returns nothing: the plugin holds no task result (see
     :mod:`..dispatch.dispatcher`), so the outcome travels in the event, which the worker sends
-    before Dask learns that the task finished. Whatever fails, an event is sent: without
-    one the job would wait for ever.
-    """
+    before Dask learns that the task finished. Whatever fails, an event is sent."""
     from distributed import get_worker
 
     report(get_worker(), spec)
 
 
-def report(worker: Any, spec: TaskSpec) -> None:
-    """:func:`run_and_report` on ``worker``, from any thread (a batch's job: :mod:`.batch`)."""
+def report(worker: Any, spec: TaskSpec, send: Callable[[Any, Any], None] | None = None) -> None:
+    """:func:`run_and_report` on ``worker``, from any thread; a batch's job (:mod:`.batch`)
+    gives ``send(worker, event)``, which sends it with others that ended at once."""
     try:
         msg = _ended(spec, str(worker.name))
     except BaseException as e:  # its event could not be written: a bug
@@ -316,7 +316,7 @@ def report(worker: Any, spec: TaskSpec) -> None:
     if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
         # Not "worker": the scheduler sets that key of a worker's event to its address.
         msg.update(worker_name=str(worker.name), worker_pid=os.getpid())
-    worker.log_event(EVENT_TOPIC, msg)
+    worker.log_event(EVENT_TOPIC, msg) if send is None else send(worker, msg)
 
 
 def _problem(key: str, e: BaseException) -> dict[str, Any]:

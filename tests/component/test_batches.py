@@ -84,7 +84,9 @@ def test_withdrawing_one_job_of_a_waiting_batch_moves_all_and_none_starts(
     assert dispatcher.withdraw(["bw-1"], move="its worker job lands") == {}
     taken = wait_for(dispatcher, 3, woken)
     assert [(f.key, f.too_late, f.problem) for f in taken] == [
-        ("bw-0", True, BATCH_MOVE), ("bw-1", True, "its worker job lands"), ("bw-2", True, BATCH_MOVE),
+        ("bw-0", True, BATCH_MOVE),
+        ("bw-1", True, "its worker job lands"),
+        ("bw-2", True, BATCH_MOVE),
     ]  # fmt: skip
     eventually("the batch's task is cancelled", lambda: "bw-0-b3" not in scheduler_keys(client), 10)
     (tmp_path / "go").touch()
