@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import proctree, quick_exit, timing, warm_host
 from .clock import late_words, too_late
+from .environment import process_environment
 from .job_log import JobLog, copy_output, drain, make_log_dir
 from .logtail import read_tail
 from .preload import STARTED_TOPIC as STARTED_TOPIC  # the topic, for the plugin's side
@@ -60,16 +61,14 @@ LOST_JOB_TIMEOUT = 10.0
 Proc = subprocess.Popen[bytes] | WarmProc
 
 
-def _environment(spec: TaskSpec) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(spec.env)
-    env[proctree.JOB_MARKER] = spec.key  # survives setsid and double forks: see proctree
+def _environment(spec: TaskSpec) -> dict[bytes, bytes]:
+    # The marker survives setsid and double forks: see proctree.
+    adds = [*spec.env, (proctree.JOB_MARKER, spec.key)]
     if spec.tmpdir is not None:
         tmp = tempfile.gettempdir() if spec.tmpdir == SYSTEM_TMPDIR else spec.tmpdir
         os.makedirs(tmp, exist_ok=True)  # as Snakemake's job preparation does
-        for name in _TMPDIR_VARS:
-            env[name] = tmp
-    return env
+        adds.extend((name, tmp) for name in _TMPDIR_VARS)
+    return process_environment(adds)
 
 
 def _popen(spec: TaskSpec) -> subprocess.Popen[bytes]:
