@@ -5,7 +5,9 @@ A batch is exact where its jobs could as well have gone one by one: jobs of one 
 group's or a cold one's), with the same resource request and priority, handed over in
 one chunk. It asks Dask for their resources together, so a worker runs it only when it has
 the slots for all of them, and holds them until its last job ends: jobs of one rule are
-expected to take alike, which keeps that short.
+expected to take alike, which keeps that short; and once a job of a rule took
+:data:`LONG_JOB_SECONDS` or more, that rule's jobs go one per task (a slot held for a
+slower job costs more than a task's millisecond saves).
 
 How many per batch (:func:`batch_size`): at most ``--dask-slurm-batch-size``; no more than
 the smallest worker that can run the job at all has room for (every such worker can take
@@ -18,10 +20,15 @@ per-task cost is what bounds the farm, is carried in batches.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 from ..worker.clock import is_runway
 from ..worker.wire import TaskSpec
+
+#: A rule one of whose jobs took this long (seconds) no longer shares tasks: a batch holds
+#: its slots until its slowest job ends, and for jobs this long Dask's per-task cost is
+#: nothing to save.
+LONG_JOB_SECONDS = 10.0
 
 
 def room_for(request: Mapping[str, float], offered: Mapping[str, float]) -> int:
@@ -80,13 +87,15 @@ def plan(
     request: Mapping[str, float],
     workers: Iterable[Mapping[str, float]],
     limit: int,
+    long: Container[str | None] = frozenset(),
 ) -> tuple[list[TaskSpec], list[Sequence[TaskSpec]]]:
     """Jobs of one request and priority: ``(singles, batches)``, the jobs that go one per
-    task (no rule tag, or alone of their rule) and the batches of two or more."""
+    task (no rule tag, a rule in ``long``, or alone of their rule) and the batches of two or
+    more."""
     singles: list[TaskSpec] = []
     by_rule: dict[str, list[TaskSpec]] = {}
     for spec in specs:
-        if spec.batch is None:
+        if spec.batch is None or spec.batch in long:
             singles.append(spec)
         else:
             by_rule.setdefault(spec.batch, []).append(spec)
@@ -103,25 +112,38 @@ def plan(
 
 class Batches:
     """Which pending job is in which batch (the dispatcher's lock guards it): the Dask key
-    of a batch -> its jobs' keys, and a pending job's key -> its batch's Dask key."""
+    of a batch -> its jobs' keys, a pending job's key -> its batch's Dask key; each pending
+    job's rule tag, and the rules seen to be long (:data:`LONG_JOB_SECONDS`)."""
 
     def __init__(self) -> None:
         self._members: dict[str, tuple[str, ...]] = {}
         self._batch_of: dict[str, str] = {}
+        self._tag_of: dict[str, str | None] = {}
+        self.long: set[str | None] = set()
+        self._told: set[str | None] = set()
 
     def __bool__(self) -> bool:
-        return bool(self._members)
+        return bool(self._tag_of or self._members)
 
-    def add(self, batch: Sequence[TaskSpec]) -> str:
-        """A batch handed over: its Dask key."""
-        dask_key = batch_key(batch)
+    def handed(self, specs: Iterable[TaskSpec]) -> None:
+        """Jobs handed over (their rules, to learn which are long)."""
+        self._tag_of.update((spec.key, spec.batch) for spec in specs)
+
+    def add(self, batch: Sequence[TaskSpec]) -> bool:
+        """A batch handed over; whether it is its rule's first."""
         members = tuple(spec.key for spec in batch)
-        self._members[dask_key] = members
-        self._batch_of.update(dict.fromkeys(members, dask_key))
-        return dask_key
+        self._members[batch_key(batch)] = members
+        self._batch_of.update(dict.fromkeys(members, batch_key(batch)))
+        first = batch[0].batch not in self._told
+        self._told.add(batch[0].batch)
+        return first
 
-    def ended(self, key: str) -> None:
-        """The job ``key`` is no longer pending (its batch forgotten with its last job)."""
+    def ended(self, key: str, seconds: float | None = None) -> None:
+        """The job ``key`` is no longer pending (its batch forgotten with its last job);
+        ``seconds``: how long it took, if it succeeded."""
+        tag = self._tag_of.pop(key, None)
+        if seconds is not None and seconds >= LONG_JOB_SECONDS:
+            self.long.add(tag)
         batch = self._batch_of.pop(key, None)
         if batch is not None and not any(m in self._batch_of for m in self._members[batch]):
             del self._members[batch]

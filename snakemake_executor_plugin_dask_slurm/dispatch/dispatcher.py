@@ -100,7 +100,7 @@ class Dispatcher:
         self._offers: dict[str, dict[str, float]] = {}
         #: Which pending job is in which batch.
         self._batches = batching.Batches()
-        self._told: set[str | None] = set()
+
         #: Keys a worker said it started (and that have not finished since).
         self._started: set[str] = set()
         # Subscribe before taking the snapshot: an event in between is then not lost.
@@ -148,30 +148,29 @@ class Dispatcher:
         task, one per batch size for the batches."""
         if self.batch_limit > 1:
             singles, batches = batching.plan(
-                specs, request, list(self._offers.values()), self.batch_limit
+                specs, request, list(self._offers.values()), self.batch_limit, self._batches.long
             )
         else:
             singles, batches = specs, []
         with self._lock:
             self._pending.update(spec.key for spec in specs)
+            if self.batch_limit > 1:
+                self._batches.handed(specs)
             for batch in batches:
-                self._batches.add(batch)
-                if batch[0].batch not in self._told:  # once per rule, in the detail log
-                    self._told.add(batch[0].batch)
-                    detail.info(
-                        "rule %s: its jobs go several per Dask task (a batch: %d here; "
-                        "--dask-slurm-batch-size %d)", batch[0].batch, len(batch),
-                        self.batch_limit,
-                    )  # fmt: skip
+                if self._batches.add(batch):  # once per rule, in the detail log
+                    rule, size = batch[0].batch, len(batch)
+                    detail.info("rule %s: its jobs go several per Dask task (%d here)", rule, size)
         by_size: dict[int, list[tuple[TaskSpec, ...]]] = {}
         for batch in batches:
             by_size.setdefault(len(batch), []).append(tuple(batch))
+        # Batches first: among equal priorities a worker starts tasks in the order they
+        # came, and a batch waits for all its slots (a single job first would hold one).
         calls: list[tuple[Any, list[Any], list[str], dict[str, float]]] = []
-        if singles:
-            calls.append((run_and_report, singles, [s.key for s in singles], request))
         for size, alike in by_size.items():
             keys = [batching.batch_key(batch) for batch in alike]
             calls.append((run_batch_and_report, alike, keys, batching.scaled(request, size)))
+        if singles:
+            calls.append((run_and_report, singles, [s.key for s in singles], request))
         for function, items, keys, resources in calls:
             futures = self.client.map(
                 function,
@@ -202,7 +201,7 @@ class Dispatcher:
                     return
             self._pending.discard(key)
             if self._batches:
-                self._batches.ended(key)
+                self._batches.ended(key, finished.seconds if finished.ok else None)
             if finished.lost_on is not None:
                 self._lost.add(key)
             else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from snakemake_executor_plugin_dask_slurm.dispatch.batching import (
+    LONG_JOB_SECONDS,
     Batches,
     batch_key,
     batch_size,
@@ -74,11 +75,31 @@ def test_plan_batches_jobs_of_one_rule_only() -> None:
     assert sorted(s.key for s in singles) == ["b0", "g"]  # alone of its rule; never batched
     singles, batches = plan(jobs, {"cpus": 1.0}, [{"cpus": 8.0}], 1)
     assert (len(singles), batches) == (8, [])
+    singles, batches = plan(jobs, {"cpus": 1.0}, [{"cpus": 8.0}], 4, long={"a"})
+    assert (len(singles), batches) == (8, [])  # a rule seen to be long: one per task
+
+
+def test_a_rule_with_a_job_that_took_long_no_longer_shares_tasks() -> None:
+    batches = Batches()
+    batches.handed([spec("a1", "a"), spec("a2", "a"), spec("b1", "b"), spec("c1", "c")])
+    batches.ended("a1", LONG_JOB_SECONDS - 0.1)
+    batches.ended("b1", None)  # failed: says nothing of its length
+    assert batches.long == set()
+    batches.ended("a2", LONG_JOB_SECONDS)
+    batches.ended("c1", 3600.0)
+    assert batches.long == {"a", "c"}
+    assert not batches  # nothing pending: nothing to look up at the next end
 
 
 def test_batches_know_each_pending_job_and_forget_a_batch_with_its_last_job() -> None:
     batches = Batches()
-    first = batches.add([spec("x"), spec("y"), spec("z")])
+    batch = [spec("x"), spec("y"), spec("z")]
+    batches.handed(batch)
+    assert batches.add(batch)  # its rule's first batch
+    assert not batches.add([spec("v"), spec("w")])
+    batches.ended("v")
+    batches.ended("w")
+    first = batch_key(batch)
     assert not Batches() and batches
     assert batches.jobs_of([first, "single"]) == ["x", "y", "z", "single"]
     assert batches.mates(["y"]) == ["x", "z"] and batches.mates(["single"]) == []
