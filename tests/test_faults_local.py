@@ -6,7 +6,6 @@ copies of a job ever ran at once."""
 from __future__ import annotations
 
 import contextlib
-import csv
 import os
 import shutil
 import signal
@@ -105,52 +104,50 @@ def test_a_killed_worker_costs_no_output(
     assert "Nothing to be done" in again.stdout + again.stderr, again
 
 
-def jobs_rows(workdir: Path) -> list[dict[str, str]]:
-    with (workdir / ".snakemake/dask-slurm/usage/latest/jobs.tsv").open() as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
 @pytest.mark.workflow("appenders")
 def test_a_killed_worker_under_a_batch_reruns_only_its_jobs_that_had_not_ended(
     workflow: Workflow,
 ) -> None:
-    """Two workers of 4 CPUs each take the 8 jobs as batches (several jobs per Dask task).
-    The even jobs end; the odd ones are held; the worker holding some is killed -9: its
-    batch's held jobs run again elsewhere, its ended ones are not run again."""
+    """Two workers of 4 CPUs each take the 8 jobs as two batches of 4 (several jobs per
+    Dask task; a batch never spans workers). Two jobs of one worker's batch are let end;
+    then that worker is killed -9: its two held jobs run again elsewhere, the two that
+    ended are not run again."""
     path = workflow.path
-    with holding(path) as hold:
-        proc = start(
-            workflow, "--dask-slurm-workers", "2", "--dask-slurm-cpus", "8",
-            config=(hold, "hold_odd=1"),
-        )  # fmt: skip
+    holds = path / "holds"
+    holds.mkdir()
+    for i in range(COUNT):
+        (holds / str(i)).touch()
+    proc = start(
+        workflow, "--dask-slurm-workers", "2", "--dask-slurm-cpus", "8",
+        config=(f"hold_dir={holds}",),
+    )  # fmt: skip
+    try:
+        eventually("every job started", lambda: started(path) == COUNT, 120)
+        victim = the_worker(workflow, "local-0")
+        shells = set(children(victim))
+        mine = sorted(c.job for runs in copies(path).values() for c in runs if c.pid in shells)
+        assert len(mine) == 4, (mine, shells)  # its batch: four of the eight
+        let_end, held = mine[:2], mine[2:]
+        for i in let_end:
+            (holds / str(i)).unlink()
 
-        def evens_ended() -> bool:
-            ended = {c.job for runs in copies(path).values() for c in runs if c.ended}
-            return (path / "events.log").exists() and ended >= {0, 2, 4, 6}
+        def ended() -> set[int]:
+            return {c.job for runs in copies(path).values() for c in runs if c.ended}
 
-        eventually("the even jobs ended", evens_ended, 120)
-
-        def busy_worker() -> int:
-            busy = [pid for n in ("local-0", "local-1") if children(pid := the_worker(workflow, n))]
-            assert busy, "no worker runs a held job"
-            return busy[0]
-
-        _worker, its_jobs = kill_worker_when_busy(proc, path, busy_worker, jobs=8)
+        eventually("two of its batch ended", lambda: ended() >= set(let_end), 60)
+        _worker, its_jobs = kill_worker_when_busy(proc, path, lambda: victim, jobs=COUNT)
         time.sleep(1.0)
         assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
+    finally:
+        shutil.rmtree(holds, ignore_errors=True)  # every job may end now
     code, output = finish(proc)
     assert code == 0, output
-    cut = interrupted(path)
-    assert cut and all(job % 2 for job in cut), cut  # only held jobs were cut short
-    (line,) = lost_lines(output, "local-[01]")
-    assert line[0] == len(cut), (line, output)
+    assert interrupted(path) == set(held), (interrupted(path), held)
+    assert lost_lines(output, "local-0") == [(2, 0)], output
     runs = copies(path)
-    assert all(len(runs[job]) == 1 for job in (0, 2, 4, 6)), runs  # ended: never again
+    assert [len(runs[i]) for i in let_end] == [1, 1], runs  # ended: never run again
+    assert [len(runs[i]) for i in held] == [2, 2], runs  # cut short, then run again
     assert "go several per Dask task" in workflow.read(".snakemake/dask-slurm/logs/plugin.log")
-    rows = jobs_rows(path)
-    victim = next(r["worker"] for r in rows if r["outcome"] == "lost")
-    ended_there = [r for r in rows if r["worker"] == victim and r["outcome"] == "done"]
-    assert ended_there, rows  # the killed worker's batch had jobs that had ended
     check_outputs(path, COUNT, STEPS)
     check_never_two_at_once(path)
 
