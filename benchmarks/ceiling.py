@@ -2,7 +2,7 @@
 start and finish with no Snakemake in front of them.
 
     .venv/bin/python benchmarks/ceiling.py [--jobs 5000] [--threads 8] [--inflight 100,0]
-        [--command /bin/true] [--chunk 64]
+        [--command /bin/true] [--chunk 64] [--batch 1]
 
 Starts a ``dask scheduler`` and one ``dask worker`` with the plugin's preload
 (``worker.task``), the Dask settings the plugin gives its workers
@@ -20,6 +20,10 @@ Prints, for each ``--inflight``, the jobs per second from the first hand-over to
 end, and the CPU per job of this process (the dispatcher and Dask's client), the scheduler
 and the worker (user + system from /proc), with the load average. Exits 0 whatever the
 figures are.
+
+``--batch N`` (issue 46): the dispatcher's ``batch_limit``: up to N jobs of a chunk share one
+Dask task (``dispatch/batching.py``; no more than the worker's ``--threads`` CPUs hold), as
+``--dask-slurm-batch-size`` does in a run; 1: one job per task.
 """
 
 from __future__ import annotations
@@ -58,10 +62,18 @@ def run(
     client: Client, pids: dict[str, int], args: argparse.Namespace, inflight: int, tag: str
 ) -> None:
     woken = threading.Event()
-    dispatcher = Dispatcher(client, woken.set)
+    dispatcher = Dispatcher(client, woken.set, batch_limit=args.batch)
     workdir = tempfile.mkdtemp(prefix="ceiling-")
     specs = [
-        TaskSpec(f"{tag}-{i}", tuple(args.command.split()), workdir, (), f"{workdir}/{i}.log", None)
+        TaskSpec(
+            f"{tag}-{i}",
+            tuple(args.command.split()),
+            workdir,
+            (),
+            f"{workdir}/{i}.log",
+            None,
+            batch="ceiling",
+        )
         for i in range(args.jobs)
     ]
     done = 0
@@ -84,7 +96,7 @@ def run(
     used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     per_job = ", ".join(f"{name} {1000 * s / args.jobs:.3f}" for name, s in used.items())
     print(
-        f"inflight {inflight or 'all'}: {args.jobs} jobs in {took:.1f} s = "
+        f"inflight {inflight or 'all'}, batch {args.batch}: {args.jobs} jobs in {took:.1f} s = "
         f"{args.jobs / took:.0f} jobs/s ({failed} failed); CPU ms per job: {per_job} "
         f"(load {load()})",
         flush=True,
@@ -98,6 +110,7 @@ def main() -> None:
     parser.add_argument("--inflight", default="100,0", help="comma-separated; 0: all at once")
     parser.add_argument("--command", default="/bin/true")
     parser.add_argument("--chunk", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=1, help="most jobs per Dask task")
     args = parser.parse_args()
     env = dict(os.environ, **dict(QUIET_WORKER_ENV))
     resources = ["--resources", f"cpus={args.threads}"]

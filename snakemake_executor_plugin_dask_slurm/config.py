@@ -58,6 +58,8 @@ class RunConfig:
     warm: bool = True
     #: Seconds between progress lines (0: none; the status file is written anyway).
     status_interval: float = 60.0
+    #: Most jobs per Dask task (1: one per task): see dispatch/batching.py.
+    batch_size: int = 16
 
 
 #: The usage reports' directory inside the run directory, unless set.
@@ -279,6 +281,7 @@ def _check_values(settings: ExecutorSettings) -> None:
     _check_positive("--dask-slurm-workers", settings.workers)
     _check_positive("--dask-slurm-cpus", settings.cpus)
     _check_positive("--dask-slurm-startup-timeout", settings.startup_timeout)
+    _check_positive("--dask-slurm-batch-size", settings.batch_size)
     _check_worker_ttl(settings.worker_ttl)
     for option, value in (
         ("--dask-slurm-landing-margin", settings.landing_margin),
@@ -357,4 +360,5 @@ def resolve(settings: ExecutorSettings, env: Mapping[str, str], workdir: Path) -
         usage_report_dir=usage_report_dir,
         warm=not settings.no_warm,
         status_interval=float(settings.status_interval),
+        batch_size=int(settings.batch_size),
     )

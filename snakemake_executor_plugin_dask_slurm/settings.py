@@ -346,6 +346,19 @@ class ExecutorSettings(ExecutorSettingsBase):
         },
     )
 
+    batch_size: int = field(
+        default=16,
+        metadata={
+            "help": "Most jobs one Dask task carries. Ready jobs of one rule with the same "
+            "resources, handed over together (direct-way shell jobs and warm jobs; never a "
+            "group or a cold job), share a Dask task: each still its own process, its end "
+            "told at once, its own failure, retry and usage row; the task holds their "
+            "resources until the last ends. Fewer per task where the workers are small or "
+            "few jobs come at once. 1: one job per task. Default: 16.",
+            "env_var": True,
+        },
+    )
+
 
 common_settings = CommonSettings(
     # Jobs run on the Dask cluster, not in Snakemake's own process pool.

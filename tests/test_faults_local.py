@@ -20,6 +20,7 @@ from tests.appenders import (
     alive,
     check_never_two_at_once,
     check_outputs,
+    children,
     copies,
     holding,
     interrupted,
@@ -101,6 +102,54 @@ def test_a_killed_worker_costs_no_output(
         cwd=workflow.path, env=workflow.env(), capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert "Nothing to be done" in again.stdout + again.stderr, again
+
+
+@pytest.mark.workflow("appenders")
+def test_a_killed_worker_under_a_batch_reruns_only_its_jobs_that_had_not_ended(
+    workflow: Workflow,
+) -> None:
+    """Two workers of 4 CPUs each take the 8 jobs as two batches of 4 (several jobs per
+    Dask task; a batch never spans workers). Two jobs of one worker's batch are let end;
+    then that worker is killed -9: its two held jobs run again elsewhere, the two that
+    ended are not run again."""
+    path = workflow.path
+    holds = path / "holds"
+    holds.mkdir()
+    for i in range(COUNT):
+        (holds / str(i)).touch()
+    proc = start(
+        workflow, "--dask-slurm-workers", "2", "--dask-slurm-cpus", "8",
+        config=(f"hold_dir={holds}",),
+    )  # fmt: skip
+    try:
+        eventually("every job started", lambda: started(path) == COUNT, 120)
+        victim = the_worker(workflow, "local-0")
+        shells = set(children(victim))
+        mine = sorted(c.job for runs in copies(path).values() for c in runs if c.pid in shells)
+        assert len(mine) == 4, (mine, shells)  # its batch: four of the eight
+        let_end, held = mine[:2], mine[2:]
+        for i in let_end:
+            (holds / str(i)).unlink()
+
+        def ended() -> set[int]:
+            return {c.job for runs in copies(path).values() for c in runs if c.ended}
+
+        eventually("two of its batch ended", lambda: ended() >= set(let_end), 60)
+        _worker, its_jobs = kill_worker_when_busy(proc, path, lambda: victim, jobs=COUNT)
+        time.sleep(1.0)
+        assert not alive(its_jobs), "the killed worker's jobs outlived it by a second"
+    finally:
+        shutil.rmtree(holds, ignore_errors=True)  # every job may end now
+    code, output = finish(proc)
+    assert code == 0, output
+    assert interrupted(path) == set(held), (interrupted(path), held)
+    assert lost_lines(output, "local-0") == [(2, 0)], output
+    runs = copies(path)
+    assert [len(runs[i]) for i in let_end] == [1, 1], runs  # ended: never run again
+    assert [len(runs[i]) for i in held] == [2, 2], runs  # cut short, then run again
+    assert "go several per Dask task" in workflow.read(".snakemake/dask-slurm/logs/plugin.log")
+    check_outputs(path, COUNT, STEPS)
+    check_never_two_at_once(path)
 
 
 @pytest.mark.workflow("appenders")

@@ -6,15 +6,22 @@ would be run again by Dask if its worker died afterwards (Dask recomputes lost r
 that are wanted), and that would run a job twice, the second copy rewriting an output
 Snakemake already accepted. So the outcome does not travel as a task result: the task
 itself sends it as a Dask event (:func:`..worker.task.run_and_report`, topic
-:data:`..worker.task.EVENT_TOPIC`), which the scheduler pushes to this client; and the
-scheduler's own ``remove-worker`` events (topic ``all``) say which tasks a dead worker
-held (they fail: the plugin's scheduler never re-runs them, see ``scheduler_preload``).
+:data:`..worker.task.EVENT_TOPIC`; a list for a batch's jobs that end at once), which the
+scheduler pushes to this client; the scheduler's own ``remove-worker`` events (topic
+``all``) say which tasks a dead worker held (they fail: see ``scheduler_preload``).
 
 The hot path: ``submit_many`` runs on Snakemake's scheduling thread for every chunk of a
 scheduling round, so it only hands the tasks to the client (non-blocking, one
-``Client.map`` — one graph update — per distinct resource request). Completion is
-event-driven: the event handler records the outcome and wakes the executor's status
-loop, which then ``drain``s every finished task and settles it (:class:`.ends.Settler`).
+``Client.map`` — one graph update — per distinct resource request and batch size).
+Completion is event-driven: the event handler records the outcome and wakes the
+executor's status loop, which ``drain``s every finished task and settles it.
+
+**Batches** (``batch_limit`` > 1): jobs of one rule in a chunk may share a Dask task
+(:mod:`.batching` decides, :mod:`..worker.batch` runs them). Here jobs are still named by
+their own keys (events, what started, kills, withdrawals); only Dask knows the batch's: a
+dead worker's batch is its jobs not yet ended; a batch is cancelled only once it carries
+nothing else pending; a withdrawal or a stop also moves the unstarted other jobs of the
+batches it touches, so that no batch waits holding a job the plugin took back.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..report.detail import detail
 from ..worker import timing
+from ..worker.batch import run_batch_and_report
 from ..worker.task import (
     EVENT_TOPIC,
     KILL_GRACE_SECONDS,
@@ -38,9 +47,10 @@ from ..worker.task import (
     withdraw_tasks,
 )
 from ..worker.waiting import wait_until
-from ..worker.wire import Cold, TaskOutcome, TaskSpec, Usage
+from ..worker.wire import TaskSpec
+from . import batching
 from .listeners import Listeners
-from .outcomes import Finished, SubmitFailed, WorkerRef
+from .outcomes import Finished, SubmitFailed, WorkerRef, finished_from_event
 
 #: The scheduler's own events (workers added and removed, clients): Dask's topic "all".
 SCHEDULER_TOPIC = "all"
@@ -52,32 +62,12 @@ logger = logging.getLogger(__name__)
 
 #: Seconds to wait for the workers to confirm a kill request, or for the scheduler.
 KILL_TIMEOUT = 5.0
+#: Why a batch's unstarted job was handed over again: another job of its batch was taken
+#: back (a withdrawal or a stop), and a batch never waits holding a job taken back.
+BATCH_MOVE = "not started: another job of its batch was taken back; handed over on its own"
 #: How the scheduler's stimulus id starts when it removes a worker for silence (distributed
 #: 2026.8, ``Scheduler.check_worker_ttl``).
 TTL_STIMULUS = "check-worker-ttl"
-
-
-def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
-    """The :class:`Finished` a worker's event describes (None if it is not one of ours)."""
-    key = msg.get("key")
-    if not isinstance(key, str):
-        return None
-    usage = Usage.from_wire(msg.get("usage"))
-    cold = Cold.from_wire(msg.get("cold"))
-    if msg.get("ok"):
-        seconds = msg.get("seconds")
-        seconds = float(seconds) if seconds is not None else None
-        return Finished(key, True, seconds=seconds, usage=usage, cold=cold)
-    if msg.get("too_late"):  # it never started: it goes elsewhere
-        return Finished(key, False, problem=str(msg["too_late"]), too_late=True)
-    name, pid = msg.get("worker_name"), msg.get("worker_pid")
-    on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
-    outcome = msg.get("outcome")
-    if isinstance(outcome, dict):
-        found = TaskOutcome(**{**outcome, "cold": cold})  # (the event's, as a Cold)
-        return Finished(key, False, outcome=found, on=on, usage=usage, cold=cold)
-    problem = str(msg.get("problem") or "it failed on its worker")
-    return Finished(key, False, problem=problem, on=on, usage=usage)
 
 
 class Dispatcher:
@@ -89,8 +79,11 @@ class Dispatcher:
         notify: Callable[[], None],
         on_worker_removed: Callable[[WorkerRef, bool], None] = lambda worker, silent: None,
         listeners: Listeners | None = None,
+        batch_limit: int = 1,
     ):
         self.client = client
+        #: Most jobs one Dask task carries (1: one job per task).
+        self.batch_limit = batch_limit
         #: Told of every worker that joins or leaves (the usage report's worker spans).
         self._listeners = listeners if listeners is not None else Listeners()
         self._notify = notify
@@ -102,8 +95,12 @@ class Dispatcher:
         self._ran: set[str] = set()
         self._finished: collections.deque[Finished] = collections.deque()
         self._lock = threading.Lock()
-        #: address -> (name, pid) of every live worker
+        #: address -> (name, pid) of every live worker, and what it offers (its resources)
         self._workers: dict[str, tuple[str, int | None]] = {}
+        self._offers: dict[str, dict[str, float]] = {}
+        #: Which pending job is in which batch.
+        self._batches = batching.Batches()
+
         #: Keys a worker said it started (and that have not finished since).
         self._started: set[str] = set()
         # Subscribe before taking the snapshot: an event in between is then not lost.
@@ -130,26 +127,62 @@ class Dispatcher:
             by_request.setdefault(group, []).append(spec)
         groups = sorted(by_request.items(), key=lambda item: -item[0][0])
         for index, ((priority, request), specs) in enumerate(groups):
-            keys = [spec.key for spec in specs]
-            with self._lock:
-                self._pending.update(keys)
             try:
-                futures = self.client.map(
-                    run_and_report,
-                    specs,
-                    key=keys,
-                    pure=False,
-                    resources=dict(request),
-                    # Typed int, compared as a number: Snakemake's may be a float.
-                    priority=priority,  # type: ignore[arg-type]
-                    retries=0,
-                )
-                fire_and_forget(futures)  # and the futures go: see the module's docstring
+                self._submit_group(specs, dict(request), priority, fire_and_forget)
             except Exception as e:
                 left = [spec.key for _, rest in groups[index:] for spec in rest]
                 with self._lock:
                     self._pending.difference_update(left)
+                    for key in left:
+                        self._batches.ended(key)
                 raise SubmitFailed(left, e) from e
+
+    def _submit_group(
+        self,
+        specs: list[TaskSpec],
+        request: dict[str, float],
+        priority: float,
+        fire_and_forget: Callable[[Any], None],
+    ) -> None:
+        """Jobs of one request and priority: one ``Client.map`` for those going one per
+        task, one per batch size for the batches."""
+        if self.batch_limit > 1:
+            singles, batches = batching.plan(
+                specs, request, list(self._offers.values()), self.batch_limit, self._batches.long
+            )
+        else:
+            singles, batches = specs, []
+        with self._lock:
+            self._pending.update(spec.key for spec in specs)
+            if self.batch_limit > 1:
+                self._batches.handed(specs)
+            for batch in batches:
+                if self._batches.add(batch):  # once per rule, in the detail log
+                    rule, size = batch[0].batch, len(batch)
+                    detail.info("rule %s: its jobs go several per Dask task (%d here)", rule, size)
+        by_size: dict[int, list[tuple[TaskSpec, ...]]] = {}
+        for batch in batches:
+            by_size.setdefault(len(batch), []).append(tuple(batch))
+        # Batches first: among equal priorities a worker starts tasks in the order they
+        # came, and a batch waits for all its slots (a single job first would hold one).
+        calls: list[tuple[Any, list[Any], list[str], dict[str, float]]] = []
+        for size, alike in by_size.items():
+            keys = [batching.batch_key(batch) for batch in alike]
+            calls.append((run_batch_and_report, alike, keys, batching.scaled(request, size)))
+        if singles:
+            calls.append((run_and_report, singles, [s.key for s in singles], request))
+        for function, items, keys, resources in calls:
+            futures = self.client.map(
+                function,
+                items,
+                key=keys,
+                pure=False,
+                resources=resources,
+                # Typed int, compared as a number: Snakemake's may be a float.
+                priority=priority,  # type: ignore[arg-type]
+                retries=0,
+            )
+            fire_and_forget(futures)  # and the futures go: see the module's docstring
 
     # -- completion (the client's event thread) ----------------------------------------
 
@@ -167,6 +200,8 @@ class Dispatcher:
                 if not finished.ok:
                     return
             self._pending.discard(key)
+            if self._batches:
+                self._batches.ended(key, finished.seconds if finished.ok else None)
             if finished.lost_on is not None:
                 self._lost.add(key)
             else:
@@ -195,8 +230,9 @@ class Dispatcher:
 
     def _on_job_event(self, event: tuple[float, Any]) -> None:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
-        if isinstance(msg, dict) and (finished := finished_from_event(msg)) is not None:
-            self._finish(finished)
+        for one in msg if isinstance(msg, (list, tuple)) else (msg,):
+            if isinstance(one, dict) and (finished := finished_from_event(one)) is not None:
+                self._finish(finished)
 
     def _on_scheduler_event(self, event: tuple[float, Any]) -> Any:
         msg = event[1] if isinstance(event, tuple) and len(event) == 2 else None
@@ -208,13 +244,15 @@ class Dispatcher:
         if msg.get("action") != "remove-worker":
             return None
         name, pid = self._workers.pop(address, (address, None))
+        self._offers.pop(address, None)
         self._listeners.worker_left(name)
         lost = WorkerRef(name, pid)
         # Dask removes a worker that missed its heartbeats for worker-ttl (stopped, hung).
         silent = str(msg.get("stimulus_id", "")).startswith(TTL_STIMULUS)
         problem = f"its Dask worker {name} {'stopped answering' if silent else 'died'}"
-        for key in msg.get("processing-tasks") or ():
-            self._finish(Finished(str(key), False, problem=problem, lost_on=lost))
+        # A batch's jobs that had not ended (those that ended told so: no longer pending).
+        for key in self.jobs_of([str(key) for key in msg.get("processing-tasks") or ()]):
+            self._finish(Finished(key, False, problem=problem, lost_on=lost))
         if not msg.get("expected"):
             self._on_worker_removed(lost, silent)
         self._notify()
@@ -240,11 +278,19 @@ class Dispatcher:
                 str(info.get("name", address)),
                 pid if isinstance(pid, int) else None,
             )
+            offered = info.get("resources")
+            self._offers[address] = dict(offered) if isinstance(offered, Mapping) else {}
         self._listeners.workers_seen(workers)
 
     @property
     def worker_count(self) -> int:
         return len(self._workers)
+
+    def jobs_of(self, dask_keys: Sequence[str]) -> list[str]:
+        """The jobs of these Dask tasks (as the scheduler names them: a batch's key stands
+        for its jobs still pending; any other key is a job's own)."""
+        with self._lock:
+            return self._batches.jobs_of(dask_keys)
 
     def drain(self) -> list[Finished]:
         """Every task finished since the last call. Costs no round trip to a worker."""
@@ -281,17 +327,22 @@ class Dispatcher:
         logger.debug("killed on workers: %s", killed)
         return {key for answer in killed.values() if isinstance(answer, list) for key in answer}
 
-    def withdraw(self, keys: list[str], move: str | None = None) -> dict[str, float] | None:
+    def withdraw(
+        self, keys: list[str], move: str | None = None, mates: bool = True
+    ) -> dict[str, float] | None:
         """Of ``keys``, return those running on some worker (with when each started); take
         every other one back (it never starts: cancelled on the scheduler, finished here as
         withdrawn, or, with ``move`` (why), as to go elsewhere). None, withdrawing nothing,
-        when the workers could not be asked."""
+        when the workers could not be asked. With ``mates``, the unstarted other jobs of
+        their batches are moved too (:data:`BATCH_MOVE`)."""
         if not keys:
             return {}
+        with self._lock:
+            asked = [*keys, *self._batches.mates(keys)] if mates else list(keys)
         client: Any = self.client
         try:
             answers = client.sync(
-                client._run, withdraw_tasks, keys, on_error="ignore", callback_timeout=KILL_TIMEOUT
+                client._run, withdraw_tasks, asked, on_error="ignore", callback_timeout=KILL_TIMEOUT
             )
         except Exception as e:  # the workers may be gone; the caller stops what runs
             logger.debug("withdraw request failed: %s", e)
@@ -303,21 +354,28 @@ class Dispatcher:
             for key, began in answer.items()
         }
         with self._lock:
-            left = [key for key in keys if key not in running and key in self._pending]
+            left = [key for key in asked if key not in running and key in self._pending]
         if left:
             self.cancel(left)
+            others = set(asked[len(keys) :])
             for key in left:
-                if move is None:
+                if key in others:  # of a batch that had another job taken back
+                    self._finish(Finished(key, False, problem=BATCH_MOVE, too_late=True))
+                elif move is None:
                     self._finish(Finished(key, False, problem="withdrawn before it started"))
                 else:
                     self._finish(Finished(key, False, problem=move, too_late=True))
-        return running
+        return {key: began for key, began in running.items() if key in set(keys)}
 
     def stop(self, keys: list[str]) -> set[str]:
         """Kill the jobs, let the killed ones end (each is then reported: killed), and
         cancel the rest: queued tasks, and tasks whose worker is gone (a broken cluster),
         so that every job is reported at once, none waits out the kill's grace period
         for a worker that will never answer. Returns the keys that were running."""
+        with self._lock:
+            mates = self._batches.mates(keys)
+        if mates:  # the other jobs of their batches: moved unless they run (they go on)
+            self.withdraw(mates, move=BATCH_MOVE, mates=False)
         running = self.kill(keys)
         wait_until(lambda: not self._pending.intersection(running), KILL_GRACE_SECONDS + 2.0)
         with self._lock:
@@ -333,7 +391,9 @@ class Dispatcher:
         from distributed import Future
 
         try:
-            futures: list[Any] = [Future(key, self.client) for key in keys]
+            with self._lock:
+                dask_keys = self._batches.carrying_only(keys)
+            futures: list[Any] = [Future(key, self.client) for key in dask_keys]
             self.client.cancel(futures, force=True, reason="dask-slurm", msg="stopped")
         except Exception as e:  # the client may be closing
             logger.debug("cancel failed: %s", e)

@@ -252,6 +252,7 @@ class JobCommandBuilder:
         return TaskSpec(
             key, argv, self.workdir, env, self.log_path(job), None, job.priority,
             warm=warm, cold=way if isinstance(way, Cold) else None, needs=needs,
+            batch=job.name if warm is not None and not job.is_group() else None,
         )  # fmt: skip
 
     def prime_request(self, jobs: Iterable[Any]) -> dict[str, Any] | None:
@@ -300,8 +301,9 @@ class JobCommandBuilder:
         if draft.modules is not None:
             log_info(f"Activating environment modules: {draft.modules}")  # as shell() says it
         return TaskSpec(
-            key, draft.argv, self.workdir, env, log, draft.tmpdir, job.priority, needs=needs
-        )
+            key, draft.argv, self.workdir, env, log, draft.tmpdir, job.priority, needs=needs,
+            batch=None if job.is_group() else job.name,
+        )  # fmt: skip
 
     def _modules(self, rule: Any) -> Any:
         """The modules shell() loads for ``rule``'s jobs (None: none), per rule."""

@@ -3,7 +3,9 @@ outcome, or why there is none (its worker died, it was cancelled, ...)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from ..worker.wire import Cold, TaskOutcome, Usage
 
@@ -52,3 +54,26 @@ class SubmitFailed(Exception):
     def __init__(self, keys: list[str], cause: BaseException):
         super().__init__(f"{type(cause).__name__}: {cause}")
         self.keys = keys
+
+
+def finished_from_event(msg: Mapping[str, Any]) -> Finished | None:
+    """The :class:`Finished` a worker's event describes (None if it is not one of ours)."""
+    key = msg.get("key")
+    if not isinstance(key, str):
+        return None
+    usage = Usage.from_wire(msg.get("usage"))
+    cold = Cold.from_wire(msg.get("cold"))
+    if msg.get("ok"):
+        seconds = msg.get("seconds")
+        seconds = float(seconds) if seconds is not None else None
+        return Finished(key, True, seconds=seconds, usage=usage, cold=cold)
+    if msg.get("too_late"):  # it never started: it goes elsewhere
+        return Finished(key, False, problem=str(msg["too_late"]), too_late=True)
+    name, pid = msg.get("worker_name"), msg.get("worker_pid")
+    on = WorkerRef(name, pid if isinstance(pid, int) else None) if isinstance(name, str) else None
+    outcome = msg.get("outcome")
+    if isinstance(outcome, dict):
+        found = TaskOutcome(**{**outcome, "cold": cold})  # (the event's, as a Cold)
+        return Finished(key, False, outcome=found, on=on, usage=usage, cold=cold)
+    problem = str(msg.get("problem") or "it failed on its worker")
+    return Finished(key, False, problem=problem, on=on, usage=usage)

@@ -7,7 +7,7 @@ file's figures (pure)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,21 +50,25 @@ class Load:
     running: int
 
 
-def _scheduler_load(dask_scheduler: Any) -> tuple[int, int, int]:
+def _scheduler_load(dask_scheduler: Any) -> tuple[int, int, list[str]]:
     workers = dask_scheduler.workers.values()
     return (
         len(dask_scheduler.workers),
         sum(ws.nthreads for ws in workers),
-        sum(len(ws.processing) for ws in workers),
+        [str(ts.key) for ws in workers for ts in ws.processing],
     )
 
 
-def scheduler_load(client: Any) -> Load | None:
-    """One call to the scheduler, O(workers) there (None if it does not answer)."""
+def scheduler_load(
+    client: Any, jobs_of: Callable[[Sequence[str]], Sequence[str]] = list
+) -> Load | None:
+    """One call to the scheduler, O(tasks on workers) there (None if it does not answer).
+    ``jobs_of``: the jobs of those tasks (a batch's still running: :mod:`.batching`)."""
     try:
-        return Load(*client.run_on_scheduler(_scheduler_load))
+        workers, slots, keys = client.run_on_scheduler(_scheduler_load)
     except Exception:  # a status round never fails the run: the figures say "?"
         return None
+    return Load(workers, slots, len(jobs_of(keys)))
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,9 @@ class WiredRun:
             )  # fmt: skip
             listeners.extend([usage] if usage else [])
             listeners.append(ColdWays(say.info))
-            dispatcher = Dispatcher(client, hooks.wake, hooks.on_removed, listeners)
+            dispatcher = Dispatcher(
+                client, hooks.wake, hooks.on_removed, listeners, config.batch_size
+            )
         except BaseException:
             stop(source, files)
             raise
@@ -370,7 +372,7 @@ class _Parts:
         settler = Settler(registry, dispatcher, listeners, again, failures)
         status = start_status(
             config, source, dispatcher.client, self.listeners, registry.in_flight,
-            lambda: registry.stop_reason is not None, self.hooks, clock,
+            lambda: registry.stop_reason is not None, self.hooks, clock, dispatcher.jobs_of,
         )  # fmt: skip
         return WiredRun(
             source, dispatcher, failures, stopper, submitter, settler, clock, files, status

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,7 +155,7 @@ def end_state(
 def start_status(
     config: RunConfig, source: ClusterSource, client: Any, listeners: Listeners,
     in_flight: Callable[[], int], stopping: Callable[[], bool], hooks: Hooks,
-    clock: AllocationClock | None,
+    clock: AllocationClock | None, jobs_of: Callable[[Sequence[str]], Sequence[str]] = list,
 ) -> StatusReporter:  # fmt: skip
     """The status file and line, started: a listener that counts, a thread that reads."""
     counts = ProgressCounts(stopping)
@@ -174,7 +174,7 @@ def start_status(
     def read(ask_scheduler: bool) -> Reading:
         done, total = hooks.progress()
         jobs = pool.running_jobs() if pool is not None else None
-        load = scheduler_load(client) if ask_scheduler else None
+        load = scheduler_load(client, jobs_of) if ask_scheduler else None
         return Reading(time.time(), done, total, in_flight(), load, jobs)
 
     def landing_at() -> float | None:

@@ -5,7 +5,9 @@ Runs on the nodes: the supervisor starts each worker with it (see :mod:`.supervi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import os
+from collections.abc import Iterable, Mapping
 
 #: What a rule's commands keep of SLURM's environment: the allocation's identity, as an
 #: sbatch script sees it. Everything else SLURM sets describes the workers' own srun step.
@@ -54,3 +56,23 @@ def job_environment(env: Mapping[str, str]) -> dict[str, str]:
     if "SLURM_JOB_NUM_NODES" in kept:
         kept["SLURM_NNODES"] = kept["SLURM_JOB_NUM_NODES"]
     return kept
+
+
+def process_environment(adds: Iterable[tuple[str, str]]) -> dict[bytes, bytes]:
+    """This process's environment with ``adds`` on top, in bytes, the form ``Popen`` hands
+    to the kernel: copied from ``os.environ``'s own bytes (CPython keeps them on POSIX), so
+    that no variable is decoded and encoded again for every job (about 0.1 ms of a worker's
+    CPU per job)."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict):
+        env: dict[bytes, bytes] = dict(data)
+    else:  # another Python: the same, the long way
+        env = {os.fsencode(k): os.fsencode(v) for k, v in os.environ.items()}
+    for name, value in adds:
+        env[_encoded(name)] = os.fsencode(value)
+    return env
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded(name: str) -> bytes:
+    return os.fsencode(name)

@@ -37,10 +37,15 @@ STARTED_TOPIC = "dask-slurm-started"
 
 def end_orphans() -> list[int]:
     """Kill the daemons of finished jobs: processes re-parented to this worker (a child
-    subreaper) whose job marker names no job that still runs here. Returns their pids."""
-    table = proctree.scan()
+    subreaper) whose job marker names no job that still runs here. Returns their pids.
+    Every process of the machine is read only when this worker has a child that is not a
+    running job's or its warm process (an orphan, alive or to be reaped)."""
     pids, active = JOBS.active()
     known = pids | warm_host.HOST.pids()
+    children = proctree.own_children()
+    if children is not None and children <= known:
+        return []
+    table = proctree.scan()
     victims: list[int] = []
     for pid in proctree.children_of(os.getpid(), table):
         if pid in known:

@@ -64,9 +64,12 @@ def scan() -> dict[int, ProcStat]:
     for entry in entries:
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                data = f.read()
+        try:  # (os.open: a third of open()'s cost, and a scan reads every process)
+            fd = os.open(f"/proc/{entry}/stat", os.O_RDONLY)
+            try:
+                data = os.read(fd, 1024)
+            finally:
+                os.close(fd)
         except OSError:  # gone meanwhile
             continue
         proc = parse_stat(int(entry), data)
@@ -82,6 +85,27 @@ def session_members(sid: int) -> list[int]:
 
 def children_of(pid: int, table: Mapping[int, ProcStat]) -> list[int]:
     return [p.pid for p in table.values() if p.ppid == pid]
+
+
+def own_children() -> set[int] | None:
+    """This process's children, from each of its threads' ``children`` file: without
+    reading every process of the machine (on a node shared with many jobs, or the test
+    cluster's one ``/proc``, a scan reads thousands). None where the kernel has no such
+    file. A child re-parented while it is read may be missed: callers look again later."""
+    if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+        return None
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    found: set[int] = set()
+    for tid in threads:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                found.update(int(pid) for pid in f.read().split())
+        except OSError:  # a thread that ended meanwhile
+            continue
+    return found
 
 
 def descendants(roots: Iterable[int], table: Mapping[int, ProcStat]) -> list[int]:

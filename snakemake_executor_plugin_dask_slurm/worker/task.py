@@ -22,10 +22,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import proctree, quick_exit, timing, warm_host
 from .clock import late_words, too_late
+from .environment import process_environment
 from .job_log import JobLog, copy_output, drain, make_log_dir
 from .logtail import read_tail
 from .preload import STARTED_TOPIC as STARTED_TOPIC  # the topic, for the plugin's side
@@ -59,16 +61,14 @@ LOST_JOB_TIMEOUT = 10.0
 Proc = subprocess.Popen[bytes] | WarmProc
 
 
-def _environment(spec: TaskSpec) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(spec.env)
-    env[proctree.JOB_MARKER] = spec.key  # survives setsid and double forks: see proctree
+def _environment(spec: TaskSpec) -> dict[bytes, bytes]:
+    # The marker survives setsid and double forks: see proctree.
+    adds = [*spec.env, (proctree.JOB_MARKER, spec.key)]
     if spec.tmpdir is not None:
         tmp = tempfile.gettempdir() if spec.tmpdir == SYSTEM_TMPDIR else spec.tmpdir
         os.makedirs(tmp, exist_ok=True)  # as Snakemake's job preparation does
-        for name in _TMPDIR_VARS:
-            env[name] = tmp
-    return env
+        adds.extend((name, tmp) for name in _TMPDIR_VARS)
+    return process_environment(adds)
 
 
 def _popen(spec: TaskSpec) -> subprocess.Popen[bytes]:
@@ -185,10 +185,7 @@ def _run_cold_after_loss(
 
 
 def run_task(spec: TaskSpec) -> TaskOutcome:
-    """Run one job's command to completion (called by Dask on a worker thread).
-
-    Raises :class:`JobFailed` if it did not succeed.
-    """
+    """Run one job's command to completion; :class:`JobFailed` if it did not succeed."""
     return run_measured(spec)[0]
 
 
@@ -302,12 +299,15 @@ def run_and_report(spec: TaskSpec) -> None:
 
     Never raises and returns nothing: the plugin holds no task result (see
     :mod:`..dispatch.dispatcher`), so the outcome travels in the event, which the worker sends
-    before Dask learns that the task finished. Whatever fails, an event is sent: without
-    one the job would wait for ever.
-    """
+    before Dask learns that the task finished. Whatever fails, an event is sent."""
     from distributed import get_worker
 
-    worker = get_worker()
+    report(get_worker(), spec)
+
+
+def report(worker: Any, spec: TaskSpec, send: Callable[[Any, Any], None] | None = None) -> None:
+    """:func:`run_and_report` on ``worker``, from any thread; a batch's job (:mod:`.batch`)
+    gives ``send(worker, event)``, which sends it with others that ended at once."""
     try:
         msg = _ended(spec, str(worker.name))
     except BaseException as e:  # its event could not be written: a bug
@@ -315,7 +315,7 @@ def run_and_report(spec: TaskSpec) -> None:
     if not msg["ok"]:  # where it failed: a worker whose worker job was ending under it?
         # Not "worker": the scheduler sets that key of a worker's event to its address.
         msg.update(worker_name=str(worker.name), worker_pid=os.getpid())
-    worker.log_event(EVENT_TOPIC, msg)
+    worker.log_event(EVENT_TOPIC, msg) if send is None else send(worker, msg)
 
 
 def _problem(key: str, e: BaseException) -> dict[str, Any]:

@@ -165,6 +165,9 @@ class TaskSpec:
     #: duration and the runtime margin; None: unknown, it may start until the landing
     #: point): see :func:`.clock.too_late`.
     needs: float | None = None
+    #: Jobs with the same tag (their rule's name), request and priority may share one Dask
+    #: task (:mod:`..dispatch.batching`); None: it goes alone (a group's, a cold one's).
+    batch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
-from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished, finished_from_event
 from snakemake_executor_plugin_dask_slurm.report.messages import (
     failure_message,
     job_label,

@@ -25,8 +25,7 @@ from snakemake_executor_plugin_dask_slurm.clusters.worker_jobs.provider import (
     submission_env,
 )
 from snakemake_executor_plugin_dask_slurm.config import resolve_growth
-from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import finished_from_event
-from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import WorkerRef
+from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import WorkerRef, finished_from_event
 from snakemake_executor_plugin_dask_slurm.errors import DaskSlurmError
 from snakemake_executor_plugin_dask_slurm.settings import ExecutorSettings
 from snakemake_executor_plugin_dask_slurm.slurm.argv import (

@@ -40,8 +40,11 @@ class WorkerJobLanding(JobListener):
         kill: Callable[[list[str]], object],
         expected: Callable[[JobRecord], float | None] = lambda record: record.expected,
         learning: Durations | None = None,
+        jobs_of: Callable[[Sequence[str]], list[str]] = list,
     ):
         self._registry = registry
+        #: The jobs of the Dask tasks the scheduler names (a batch's: its jobs).
+        self._jobs_of = jobs_of
         self._expected = expected
         self._withdraw = withdraw
         self._kill = kill
@@ -71,7 +74,7 @@ class WorkerJobLanding(JobListener):
             return estimate[0] if estimate is not None else None
 
         learning = learned if durations is None else None
-        return cls(registry, withdraw, dispatcher.kill, expected, learning)
+        return cls(registry, withdraw, dispatcher.kill, expected, learning, dispatcher.jobs_of)
 
     def ended(self, record: JobRecord, finished: Finished) -> None:
         """What a job that succeeded took, when nothing else of the run learns it."""
@@ -81,7 +84,7 @@ class WorkerJobLanding(JobListener):
     def land(self, job_id: str, keys: Sequence[str], hard_stop: float) -> tuple[int, int, int]:
         """The jobs ``keys`` held by worker job ``job_id``'s workers when it lands:
         ``(started jobs going on, started jobs stopped, jobs moved unstarted)``."""
-        keys = [key for key in keys if self._registry.get(key) is not None]
+        keys = [key for key in self._jobs_of(keys) if self._registry.get(key) is not None]
         if not keys:
             return 0, 0, 0
         why = f"not started: its worker job {job_id} is landing before its time limit"
@@ -102,7 +105,7 @@ class WorkerJobLanding(JobListener):
 
     def stop(self, job_id: str, keys: Sequence[str]) -> int:
         """At worker job ``job_id``'s hard stop: stop ``keys`` (what still runs there)."""
-        records = self._registry.records(list(keys))
+        records = self._registry.records(self._jobs_of(keys))
         self._stop(job_id, [r.key for r in records], {r.key: r.handed_over for r in records})
         return len(records)
 
