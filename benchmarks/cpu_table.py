@@ -23,6 +23,7 @@ COLUMNS = (
     ("machine_ms", "whole machine"),
     ("background_ms", "background"),
     ("net_ms", "net of background"),
+    ("ours_ms", "run's processes"),
     ("snakemake_ms", "Snakemake"),
     ("dask_ms", "Dask side"),
     ("jobs_ms", "jobs' own"),

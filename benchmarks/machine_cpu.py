@@ -105,6 +105,7 @@ class Proc:
     reaped_clean: float = 0.0
     frozen: bool = False
     alive: bool = True
+    ours: bool = False  # below the benchmark, or a SLURM process started during the run
     #: reaped time that is not a job's: SLURM commands it ran (squeue, srun, ...)
     not_jobs: float = 0.0
 
@@ -118,8 +119,6 @@ class Sample:
 
 
 REAPERS = ("snakemake", "dask")
-#: Classes whose children belong to our run (a SLURM process started during the run too).
-OURS = ("harness", "snakemake", "dask", "jobs")
 
 
 @dataclass
@@ -158,27 +157,29 @@ class CpuSampler:
         key = self._live.get(ppid)
         return self.procs.get(key) if key else None
 
-    def _classify(self, pid: int, comm: str, ppid: int, argv: list[str], first: bool) -> str:
+    def _classify(
+        self, pid: int, comm: str, ppid: int, argv: list[str], first: bool
+    ) -> tuple[str, bool]:
         """The process's class; only our run's processes (below this one, or a SLURM step
         started during the run) can be Snakemake, Dask side or jobs."""
         cmdline = " ".join(argv)
         parent = self._parent(ppid)
         if pid == os.getpid():
-            return "harness"
-        ours = (parent is not None and parent.cls in OURS) or (comm in SLURM_COMMS and not first)
+            return "harness", True
+        ours = (parent is not None and parent.ours) or (comm in SLURM_COMMS and not first)
         if not ours:
-            return "slurm" if comm in SLURM_COMMS else "others"
+            return ("slurm" if comm in SLURM_COMMS else "others"), False
         if argv[1:2] == [self.script]:
-            return "snakemake"
+            return "snakemake", True
         if any(m in cmdline for m in DASK_MARKERS):
-            return "dask"
+            return "dask", True
         if comm in SLURM_COMMS:
-            return "slurm"
+            return "slurm", True
         if parent is not None and parent.cls == "harness":
-            return "harness"  # what the benchmark runs itself (git)
+            return "harness", True  # what the benchmark runs itself (git)
         if parent is not None and parent.cls == "dask" and cmdline == parent.cmdline:
-            return "dask"  # forked without exec: zygote, primed server
-        return "jobs"
+            return "dask", True  # forked without exec: zygote, primed server
+        return "jobs", True
 
     def _scan(self, first: bool) -> None:
         rows = []
@@ -202,9 +203,9 @@ class CpuSampler:
             proc = self.procs.get(key)
             if proc is None:
                 argv = read_argv(str(pid))
-                cls = self._classify(pid, comm, ppid, argv, first)
+                cls, ours = self._classify(pid, comm, ppid, argv, first)
                 base = (own, reaped) if first else (0.0, 0.0)
-                proc = self.procs[key] = Proc(cls, ppid, " ".join(argv), *base)
+                proc = self.procs[key] = Proc(cls, ppid, " ".join(argv), *base, ours=ours)
                 self._live[pid] = key
             proc.own, proc.reaped, proc.ppid = own, reaped, ppid
             if not proc.frozen:
@@ -267,7 +268,8 @@ def per_job(
     ``net`` = the machine - the background (its rate before the run x the window): what
     the run added. ``rest`` = the machine - every class (``others`` included): what no
     process seen by a poll accounts for (short-lived processes not ours, kernel threads,
-    the last part of a poll of every process that ended).
+    the last part of a poll of every process that ended). ``ours`` = Snakemake + the Dask
+    side + the jobs + SLURM's processes: the run's own CPU, however loaded the machine.
     """
     d = sampler.between(start, end)
     bg = background_rate * d.t
@@ -279,5 +281,6 @@ def per_job(
         "steal_ms": d.steal,
         **{f"{k}_ms": v for k, v in d.by_class.items()},
         "rest_ms": d.busy - sum(d.by_class.values()),
+        "ours_ms": sum(d.by_class[k] for k in ("snakemake", "dask", "jobs", "slurm")),
     }
     return {"seconds": round(d.t, 3), **{k: round(v * ms, 3) for k, v in out.items()}}
