@@ -269,7 +269,7 @@ class Runner:
                 bg,
                 measured.launched_at,
                 measured.ended_at,
-                workload.rules,
+                result.outputs_correct or workload.outputs_written(workdir),
                 output_window(workload, workdir),
                 "the first job's output written to the last one's",
                 measured.tree_cpu_seconds,
