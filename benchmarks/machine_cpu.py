@@ -106,6 +106,7 @@ class Proc:
     frozen: bool = False
     alive: bool = True
     ours: bool = False  # below the benchmark, or a SLURM process started during the run
+    role: str = ""  # the Dask side's: scheduler, worker, supervisor, fork (zygote, primed)
     #: reaped time that is not a job's: SLURM commands it ran (squeue, srun, ...)
     not_jobs: float = 0.0
 
@@ -119,6 +120,8 @@ class Sample:
 
 
 REAPERS = ("snakemake", "dask")
+#: The Dask side's CPU by role, beside the classes (not added to them again).
+ROLES = ("dask.scheduler", "dask.worker", "dask.supervisor", "dask.fork", "dask.other")
 
 
 @dataclass
@@ -181,6 +184,17 @@ class CpuSampler:
             return "dask", True  # forked without exec: zygote, primed server
         return "jobs", True
 
+    def _role(self, proc: Proc) -> str:
+        parent = self._parent(proc.ppid)
+        if parent is not None and parent.cls == "dask" and parent.cmdline == proc.cmdline:
+            return "fork"
+        for marker, role in (("dask_scheduler", "scheduler"), ("dask_worker", "worker")):
+            if marker in proc.cmdline:
+                return role
+        if "supervisor" in proc.cmdline:
+            return "supervisor"
+        return "other"
+
     def _scan(self, first: bool) -> None:
         rows = []
         for name in os.listdir("/proc"):
@@ -206,6 +220,7 @@ class CpuSampler:
                 cls, ours = self._classify(pid, comm, ppid, argv, first)
                 base = (own, reaped) if first else (0.0, 0.0)
                 proc = self.procs[key] = Proc(cls, ppid, " ".join(argv), *base, ours=ours)
+                proc.role = self._role(proc) if cls == "dask" else ""
                 self._live[pid] = key
             proc.own, proc.reaped, proc.ppid = own, reaped, ppid
             if not proc.frozen:
@@ -213,10 +228,12 @@ class CpuSampler:
 
     def _record(self) -> None:
         busy, steal = machine_jiffies()
-        by_class = dict.fromkeys(CLASSES, 0.0)
+        by_class = dict.fromkeys(CLASSES, 0.0) | dict.fromkeys(ROLES, 0.0)
         for proc in self.procs.values():
             if proc.cls != "jobs":
                 by_class[proc.cls] += proc.own - proc.own0
+            if proc.role:
+                by_class[f"dask.{proc.role}"] += proc.own - proc.own0
             if proc.cls in REAPERS:  # the jobs that ended: reaped by Snakemake or a worker
                 by_class["jobs"] += proc.reaped_clean - proc.reaped0 - proc.not_jobs
             elif proc.cls == "jobs" and proc.alive:  # running jobs, not reaped yet
@@ -250,7 +267,7 @@ class CpuSampler:
         for a, b in itertools.pairwise(s):
             if a.t <= when <= b.t:
                 w = (when - a.t) / max(b.t - a.t, 1e-9)
-                mix = {k: a.by_class[k] + w * (b.by_class[k] - a.by_class[k]) for k in CLASSES}
+                mix = {k: a.by_class[k] + w * (b.by_class[k] - a.by_class[k]) for k in a.by_class}
                 return Sample(
                     when,
                     a.busy + w * (b.busy - a.busy),
@@ -280,7 +297,7 @@ def per_job(
         "net_ms": d.busy - bg,
         "steal_ms": d.steal,
         **{f"{k}_ms": v for k, v in d.by_class.items()},
-        "rest_ms": d.busy - sum(d.by_class.values()),
+        "rest_ms": d.busy - sum(d.by_class[k] for k in CLASSES),
         "ours_ms": sum(d.by_class[k] for k in ("snakemake", "dask", "jobs", "slurm")),
     }
     return {"seconds": round(d.t, 3), **{k: round(v * ms, 3) for k, v in out.items()}}

@@ -373,7 +373,8 @@ def one_line(r: RunResult) -> str:
     if run:
         figures += (
             f", CPU ms/job: machine {run['machine_ms']:.2f} = Snakemake {run['snakemake_ms']:.2f}"
-            f" + Dask side {run['dask_ms']:.2f} + jobs {run['jobs_ms']:.2f} + rest"
+            f" + Dask side {run['dask_ms']:.2f} (scheduler {run.get('dask.scheduler_ms', 0):.2f})"
+            f" + jobs {run['jobs_ms']:.2f} + rest"
         )
     if r.leftovers:
         figures += f", LEFT {len(r.leftovers)} PROCESS(ES) RUNNING (ended by the harness)"

@@ -196,7 +196,8 @@ def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) ->
         print(
             f"{window}: at {needed:.0f} jobs/s (every slot busy) this CPU per job needs "
             + ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
-            + f" cores (of {machine['nproc']})"
+            + f" cores (of {machine['nproc']}); the Dask side's ms per job: "
+            + ", ".join(f"{r} {w.get(f'dask.{r}_ms', 0):.2f}" for r in DASK_ROLES)
         )
     found.update(
         jobs=len(jobs), slots=slots, utilisation=round(used, 4), span_seconds=last - first,
@@ -207,6 +208,7 @@ def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) ->
 
 
 CLASSES_SHOWN = ("net", "ours", "snakemake", "dask", "jobs", "slurm")
+DASK_ROLES = ("scheduler", "worker", "supervisor", "fork")
 
 
 def main() -> int:
