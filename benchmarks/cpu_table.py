@@ -119,3 +119,63 @@ def table(entries: Sequence[tuple[str, float | None, dict[str, Any] | None]]) ->
     for label, wall, figures in entries:
         lines += rows(label, wall, figures)
     return lines
+
+
+#: The docs/benchmarks.md table (issue 46): fewer columns, the Dask side split.
+DOC_HEADER = (
+    "| workload / contender | jobs | wall s | window s | whole machine | background | "
+    "Snakemake | Dask side (scheduler + workers) | jobs' own | run's processes | "
+    "others + rest | load before → end |",
+    "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
+)
+
+
+def doc_rows(label: str, wall: float | None, figures: dict[str, Any]) -> list[str]:
+    """docs/benchmarks.md's rows of one run: ms of CPU per job, one row per window."""
+    out = []
+    for window, w in figures["windows"].items():
+        dask = f"{w['dask_ms']:.2f}"
+        if w.get("dask.scheduler_ms"):  # split by role since the first runs of issue 46
+            dask += f" ({w['dask.scheduler_ms']:.2f} + {w['dask.worker_ms']:.2f})"
+        cells = [
+            label,
+            f"{figures['jobs']:,}",
+            "-" if wall is None else f"{wall:.1f}",
+            f"{window} {w['seconds']:.1f}",
+            f"{w['machine_ms']:.2f}",
+            f"{w['background_ms']:.2f} ({figures['background_cores']:.2f} cores)",
+            f"{w['snakemake_ms']:.2f}",
+            dask,
+            f"{w['jobs_ms']:.2f}",
+            f"**{w['ours_ms']:.2f}**",
+            f"{w['others_ms'] + w['rest_ms']:.2f}",
+            f"{figures['load_before_background'][0]:.1f} → {figures['load_at_end'][0]:.1f}",
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
+def main(paths: Sequence[str]) -> int:
+    """Print the docs table's rows of run.py's results.json or wide.py's --out files."""
+    import json
+
+    print("\n".join(DOC_HEADER))
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for run in data["runs"]:
+            if not run.get("machine_cpu"):
+                continue
+            label = (
+                f"{run['workload']}-{run['rules']} {run['contender']}"
+                if "contender" in run
+                else (f"wide {run['slots']} slots, {run['utilisation']:.1%} busy")
+            )
+            print("\n".join(doc_rows(label, run.get("wall_seconds"), run["machine_cpu"])))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
