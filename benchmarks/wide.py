@@ -95,19 +95,13 @@ def busy_between(jobs: list[tuple[float, float]], a: float, b: float) -> float:
 
 
 def lost(jobs: list[tuple[float, float]], slots: int) -> dict[str, float]:
-    """Slot-seconds not busy: in the ramp (first start to the first moment the most slots
-    were busy at once), the middle (to the last start) and the tail (to the last end)."""
-    events = sorted([(s, 1) for s, _ in jobs] + [(e, -1) for _, e in jobs])
-    busy, most, peak_at = 0, 0, events[0][0]
-    for when, step in events:
-        busy += step
-        if busy > most:
-            most, peak_at = busy, when
-    first, last_start = min(s for s, _ in jobs), max(s for s, _ in jobs)
-    last_end = max(e for _, e in jobs)
+    """Slot-seconds not busy: in the ramp (the first start to the first end: only starts,
+    no slot freed yet), the middle (to the last start) and the tail (to the last end)."""
+    first, first_end = min(s for s, _ in jobs), min(e for _, e in jobs)
+    last_start, last_end = max(s for s, _ in jobs), max(e for _, e in jobs)
     bounds = {
-        "ramp": (first, peak_at),
-        "middle": (peak_at, last_start),
+        "ramp": (first, first_end),
+        "middle": (first_end, last_start),
         "tail": (last_start, last_end),
     }
     return {
