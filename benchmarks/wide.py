@@ -171,6 +171,13 @@ def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) ->
     )
     print(f"busy slots: {at}; at most {most} at once")
     gaps = lost(jobs, slots)
+    first_end, last_start = min(e for _, e in jobs), max(s for s, _ in jobs)
+    wave = sum(1 for s, _ in jobs if s <= first_end)
+    refill = (len(jobs) - wave) / max(last_start - first_end, 1e-9)
+    print(
+        f"{wave} jobs started before the first ended ({first_end - first:.1f} s); "
+        f"then {refill:.0f} jobs/s until the last start"
+    )
     print(
         "slot-seconds lost: "
         + ", ".join(f"{k} {v:,.0f}" for k, v in gaps.items())
@@ -196,6 +203,7 @@ def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) ->
     found.update(
         jobs=len(jobs), slots=slots, utilisation=round(used, 4), span_seconds=last - first,
         fill_seconds=reached, most_busy=most, lost_slot_seconds=gaps,
+        starts_in_first_wave=wave, refill_jobs_per_second=round(refill, 1),
         snakemake_cpu_seconds=cpu, machine_cpu=machine,
     )  # fmt: skip
     return found
