@@ -200,13 +200,38 @@ def run_once(info: cluster.ClusterInfo, args: argparse.Namespace, slots: int) ->
             + f" cores (of {machine['nproc']}); the Dask side's ms per job: "
             + ", ".join(f"{r} {w.get(f'dask.{r}_ms', 0):.2f}" for r in DASK_ROLES)
         )
+    quiet = quiet_rates(sampler, jobs, args.nodes)
+    if quiet:
+        print(
+            f"while jobs ran and none started or ended ({quiet['seconds']:.1f} s): "
+            + ", ".join(f"{k} {v:.3f}" for k, v in quiet.items() if k != "seconds")
+            + " cores"
+        )
     found.update(
+        quiet_cores=quiet,
         jobs=len(jobs), slots=slots, utilisation=round(used, 4), span_seconds=last - first,
         fill_seconds=reached, most_busy=most, lost_slot_seconds=gaps,
         starts_in_first_wave=wave, refill_jobs_per_second=round(refill, 1),
         snakemake_cpu_seconds=cpu, machine_cpu=machine,
     )  # fmt: skip
     return found
+
+
+def quiet_rates(
+    sampler: CpuSampler, jobs: list[tuple[float, float]], nodes: int
+) -> dict[str, float]:
+    """Each class's CPU rate (cores) between the last start and the first end, when the
+    jobs outlast the dispatch (e.g. ``--jobs 1024 --seconds 20``): what the run's
+    processes cost while nothing starts or ends (the workers' share also per worker)."""
+    start = max(s for s, _ in jobs) + 0.5
+    end = min(e for _, e in jobs) - 0.5
+    if end - start < 2.0:
+        return {}
+    d = sampler.between(start, end)
+    rates = {k: d.by_class[k] / d.t for k in ("snakemake", "dask", "jobs", "slurm", "harness")}
+    rates |= {r: d.by_class[f"dask.{r}"] / d.t for r in ("scheduler", "worker", "supervisor")}
+    rates["per worker"] = rates["worker"] / nodes
+    return {"seconds": round(d.t, 2)} | {k: round(v, 4) for k, v in rates.items()}
 
 
 CLASSES_SHOWN = ("net", "ours", "snakemake", "dask", "jobs", "slurm")
