@@ -97,8 +97,8 @@ def busy_between(jobs: list[tuple[float, float]], a: float, b: float) -> float:
 def lost(jobs: list[tuple[float, float]], slots: int) -> dict[str, float]:
     """Slot-seconds not busy: in the ramp (the first start to the first end: only starts,
     no slot freed yet), the middle (to the last start) and the tail (to the last end)."""
-    first, first_end = min(s for s, _ in jobs), min(e for _, e in jobs)
-    last_start, last_end = max(s for s, _ in jobs), max(e for _, e in jobs)
+    first, last_start = min(s for s, _ in jobs), max(s for s, _ in jobs)
+    first_end, last_end = min(min(e for _, e in jobs), last_start), max(e for _, e in jobs)
     bounds = {
         "ramp": (first, first_end),
         "middle": (first_end, last_start),
