@@ -27,10 +27,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from snakemake_executor_plugin_dask_slurm.worker import SUPERVISOR_MODULE
+
+if TYPE_CHECKING:  # run.py imports this module as "measure", wide.py as "benchmarks.measure"
+    from machine_cpu import CpuSampler
 
 POLL_SECONDS = 0.2
 #: Poll rounds between scans of the whole process tree (a scan costs more than a poll).
@@ -80,6 +84,12 @@ class Measured:
     snakemake: Peak
     scheduler: Peak
     leftovers: list[str] = field(default_factory=list)
+    #: time.time() at the launch and at the command's exit (the machine's CPU windows)
+    launched_at: float = 0.0
+    ended_at: float = 0.0
+    #: CPU-s of every process below the command that was waited for (os.times' children):
+    #: exact for a local run; a SLURM step's processes are not below it
+    tree_cpu_seconds: float | None = None
 
 
 def read_vmhwm_kb(pid: int) -> int | None:
@@ -238,15 +248,23 @@ def run_measured(
     snakemake_script: str,
     progress: Progress | None = None,
     on_timeout: Callable[[], None] | None = None,
+    sampler: CpuSampler | None = None,
 ) -> Measured:
     """Run ``argv`` to completion (or ``timeout``) and measure it.
 
     With ``progress``, a run whose rate so far projects past ``timeout`` is stopped
     early (a hopeless run need not use up the whole limit); the projection is reported.
+    With ``sampler`` (machine_cpu.CpuSampler), the machine's CPU is sampled from just
+    before the launch until the command's exit.
     """
     done = threading.Event()
     ended: list[float] = []
+    ended_at: list[float] = []
+    if sampler is not None:
+        sampler.start()
+    children_before = _children_cpu()
     with open(log_path, "wb") as log:
+        launched_at = time.time()
         started = time.monotonic()
         proc = subprocess.Popen(
             list(argv),
@@ -261,6 +279,7 @@ def run_measured(
     def wait() -> None:
         proc.wait()
         ended.append(time.monotonic())
+        ended_at.append(time.time())
         done.set()
 
     threading.Thread(target=wait, daemon=True).start()
@@ -288,8 +307,11 @@ def run_measured(
         _stop(proc, watcher, done)
         raise
     done.wait()
+    if sampler is not None:
+        sampler.stop()
+    tree_cpu = _children_cpu() - children_before
     wall = (ended[0] if ended else time.monotonic()) - started
-    return Measured(
+    measured = Measured(
         proc.returncode,
         wall,
         timed_out,
@@ -297,4 +319,14 @@ def run_measured(
         watcher.snakemake,
         watcher.scheduler,
         _leftovers(watcher),
+        launched_at,
+        ended_at[0] if ended_at else time.time(),
+        tree_cpu,
     )
+    return measured
+
+
+def _children_cpu() -> float:
+    """CPU-s of this process's children (and theirs) that have been waited for."""
+    times = os.times()
+    return times.children_user + times.children_system

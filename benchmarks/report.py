@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cpu_table
 from contenders import BY_NAME
 from results import RunResult
 
@@ -159,6 +160,19 @@ def task_table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def cpu_lines(results: Sequence[RunResult]) -> list[str]:
+    """The whole machine's CPU per job of every run that sampled it (cpu_table.py)."""
+    found = [(r.run_id, r.wall_seconds, r.machine_cpu) for r in results if r.machine_cpu]
+    if not found:
+        return []
+    return [
+        "## The whole machine's CPU per job",
+        "",
+        *cpu_table.table(found),
+        "",
+    ]
+
+
 def markdown(meta: dict[str, Any], results: Sequence[RunResult], plots: Sequence[str]) -> str:
     rows = group(results)
     m = meta["machine"]
@@ -183,6 +197,7 @@ def markdown(meta: dict[str, Any], results: Sequence[RunResult], plots: Sequence
         "",
         *task_table(rows),
         "",
+        *cpu_lines(results),
         "## Load-imbalanced task farm",
         "",
         *farm_table(rows),

@@ -62,6 +62,8 @@ class RunResult:
     ran_twice: int = 0
     noticed_twice: int = 0
     profiled: bool = False
+    #: the whole machine's CPU per job by process class (cpu_table.summarize)
+    machine_cpu: dict[str, Any] | None = None
     #: git revision and a hash of the plugin's sources when the run started
     plugin_revision: str = ""
     log: str = ""

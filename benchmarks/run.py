@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import analysis
+import cpu_table
 import report
 import results
 import slurm
 from contenders import CONTENDERS, LOCAL_NAMES, SALLOC_ARGS, Contender, parse_contenders
+from machine_cpu import CpuSampler
 from measure import Measured, Progress, run_measured
 from results import RunResult
 from workloads import Workload, check, ideal_makespan
@@ -113,6 +115,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help=f"N = {SMOKE_RULES}, a {SMOKE_FARM_TASKS}-task farm, local contenders only "
         f"({SMOKE_PER_RULE_SNAKEMAKE_RULES} rules for those that start a Snakemake per rule)",
+    )
+    p.add_argument(
+        "--no-machine-cpu",
+        action="store_true",
+        help="do not sample the whole machine's CPU per process class (machine_cpu.py)",
+    )
+    p.add_argument(
+        "--background-seconds",
+        type=float,
+        default=None,
+        help="seconds of the machine's background sampled before each run, with nothing of "
+        f"ours running (default {cpu_table.BACKGROUND_SECONDS:g}; 1 with --smoke)",
     )
     p.add_argument("--start-cluster", action="store_true", help="start the SLURM test cluster")
     p.add_argument("--out", type=Path, default=HERE / "results")
@@ -233,6 +247,13 @@ class Runner:
         log.parent.mkdir(parents=True, exist_ok=True)
         result.argv, result.log, result.profiled = argv, str(log), self.args.profile
         result.plugin_revision = results.plugin_revision(HERE.parent)
+        bg, sampler = None, None
+        if not self.args.no_machine_cpu:
+            seconds = self.args.background_seconds
+            if seconds is None:
+                seconds = 1.0 if self.args.smoke else cpu_table.BACKGROUND_SECONDS
+            bg = cpu_table.measure_background(seconds)
+            sampler = CpuSampler(str(WRAPPER))
         launched = time.time()
         measured = run_measured(
             argv,
@@ -243,8 +264,20 @@ class Runner:
             str(WRAPPER),
             progress=Progress(lambda: workload.outputs_written(workdir), workload.rules),
             on_timeout=(lambda: slurm.scancel(job_name, env)) if contender.in_allocation else None,
+            sampler=sampler,
         )
         self.record(result, measured, workload, contender, events, workdir, launched)
+        if sampler is not None and bg is not None:
+            result.machine_cpu = cpu_table.summarize(
+                sampler,
+                bg,
+                measured.launched_at,
+                measured.ended_at,
+                result.outputs_correct or workload.outputs_written(workdir),
+                output_window(workload, workdir),
+                "the first job's output written to the last one's",
+                measured.tree_cpu_seconds,
+            )
         if not self.args.keep_workdirs:
             shutil.rmtree(workdir, ignore_errors=True)
         return result
@@ -310,6 +343,16 @@ class Runner:
         }
 
 
+def output_window(workload: Workload, workdir: Path) -> tuple[float, float] | None:
+    """(first, last) modification time of the run's outputs: its jobs' dispatch phase."""
+    folder = workdir / ("out" if workload.kind == "thin" else "farm")
+    try:
+        times = [entry.stat().st_mtime for entry in os.scandir(folder)]
+    except OSError:
+        return None
+    return (min(times), max(times)) if times else None
+
+
 def one_line(r: RunResult) -> str:
     if r.status.startswith("skipped"):
         return f"{r.run_id}: {r.status}"
@@ -330,6 +373,13 @@ def one_line(r: RunResult) -> str:
         )
     if r.phases:
         figures += ", phases s: " + " ".join(f"{k}={v:.1f}" for k, v in r.phases.items())
+    run = (r.machine_cpu or {}).get("windows", {}).get("run")
+    if run:
+        figures += (
+            f", CPU ms/job: machine {run['machine_ms']:.2f} = Snakemake {run['snakemake_ms']:.2f}"
+            f" + Dask side {run['dask_ms']:.2f} (scheduler {run.get('dask.scheduler_ms', 0):.2f})"
+            f" + jobs {run['jobs_ms']:.2f} + rest"
+        )
     if r.leftovers:
         figures += f", LEFT {len(r.leftovers)} PROCESS(ES) RUNNING (ended by the harness)"
     if r.ran_twice or r.noticed_twice:
@@ -425,6 +475,7 @@ def report_only(out: Path, plots: bool) -> int:
 def print_tables(found: list[RunResult], out: Path) -> None:
     rows = report.group(found)
     print("\n".join(["", *report.thin_table(rows), "", *report.farm_table(rows), ""]))
+    print("\n".join([*report.cpu_lines(found), ""]))
     print(f"results: {out / results.RESULTS_FILE}, {out / 'results.md'}")
 
 
