@@ -39,13 +39,17 @@ def end_orphans() -> list[int]:
     """Kill the daemons of finished jobs: processes re-parented to this worker (a child
     subreaper) whose job marker names no job that still runs here. Returns their pids.
     Every process of the machine is read only when this worker has a child that is not a
-    running job's or its warm process (an orphan, alive or to be reaped)."""
-    pids, active = JOBS.active()
-    known = pids | warm_host.HOST.pids()
+    running job's or its warm process (an orphan, alive or to be reaped).
+
+    The processes are read before the jobs: a job begun since has its key in ``active``
+    then (it begins before its process exists), so its process is never taken for an
+    orphan."""
     children = proctree.own_children()
-    if children is not None and children <= known:
+    if children is not None and children <= JOBS.active()[0] | warm_host.HOST.pids():
         return []
     table = proctree.scan()
+    pids, active = JOBS.active()
+    known = pids | warm_host.HOST.pids()
     victims: list[int] = []
     for pid in proctree.children_of(os.getpid(), table):
         if pid in known:

@@ -34,6 +34,18 @@ SCRIPT = textwrap.dedent(
     JOBS.register("run", job, time.time())
     assert preload.end_orphans() == [] and scans == [], scans
 
+    # A job that begins while the processes are read (its process exists, not yet
+    # registered): never taken for an orphan, as the jobs are read after the processes.
+    late = subprocess.Popen(["sleep", "30"], env={**os.environ, proctree.JOB_MARKER: "late"})
+    def scan_while_a_job_begins():
+        JOBS.begin("late")
+        return counted()
+    proctree.scan = scan_while_a_job_begins
+    assert preload.end_orphans() == [] and late.poll() is None and scans == [1], scans
+    JOBS.register("late", late, time.time())
+    proctree.scan = counted
+    scans.clear()
+
     # A finished job's daemon, re-parented here: found, and ended.
     env = {**os.environ, proctree.JOB_MARKER: "gone"}
     subprocess.run(["sh", "-c", "sleep 300 & echo $!"], env=env, check=True,
@@ -45,8 +57,9 @@ SCRIPT = textwrap.dedent(
         time.sleep(0.01)
     assert preload.end_orphans() == [daemon] and scans == [1], scans
     os.waitpid(daemon, 0)  # it was killed: reap it
-    job.kill()
-    job.wait()
+    for proc in (job, late):
+        proc.kill()
+        proc.wait()
     print("ok")
     """
 )
