@@ -4,6 +4,7 @@ read as a job command (:func:`parsed`) and turned into what the worker runs
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Sequence
 from typing import Any
@@ -51,15 +52,6 @@ def with_group_runner(command: str, python: str) -> str:
 
 
 async def prepare_all(jobs: Sequence[Any]) -> list[BaseException | None]:
-    """``job.prepare()`` for every job, in one event-loop run, one after the other (as
-    Snakemake's local executor prepares its jobs; an asyncio task per job cost 0.1 ms of
-    Snakemake's process per job); each job's error or None."""
-    found: list[BaseException | None] = []
-    for job in jobs:
-        try:
-            await job.prepare()
-        except Exception as e:
-            found.append(e)
-        else:
-            found.append(None)
-    return found
+    """``job.prepare()`` for every job, in one event-loop run; each job's error or None."""
+    results = await asyncio.gather(*(job.prepare() for job in jobs), return_exceptions=True)
+    return [r if isinstance(r, BaseException) else None for r in results]
