@@ -346,6 +346,7 @@ def phases(record: Record, n: int) -> dict[str, Any]:
     thin_done = next((t for t, d, _ in record.progress if d >= n), None)
     last_done = record.progress[-1][0] if record.progress else None
     exit_t = m.get("exit")
+    steady = rate_between(record.progress, n // 4, 3 * n // 4)  # None: not reached
 
     def span(a: float | None, b: float | None) -> float | None:
         return round(b - a, 1) if a is not None and b is not None else None
@@ -356,9 +357,7 @@ def phases(record: Record, n: int) -> dict[str, Any]:
         "start_to_dag_done": span(0.0, m.get("dag_done")),
         "dag_done_to_first_handed": span(m.get("dag_done"), record.first_handed),
         "first_handed_to_last_handed": span(record.first_handed, record.last_handed),
-        "steady_rate_25_75 (jobs/s)": round(
-            rate_between(record.progress, n // 4, 3 * n // 4) or 0, 1
-        ),
+        "steady_rate_25_75 (jobs/s)": None if steady is None else round(steady, 1),
         "tail: last_handed_to_all_thin_done": span(record.last_handed, thin_done),
         "thin_done_to_last_step": span(thin_done, last_done),
         "last_step_to_complete_log": span(last_done, m.get("complete")),
