@@ -131,9 +131,9 @@ class Batches:
 
     def add(self, batch: Sequence[TaskSpec]) -> bool:
         """A batch handed over; whether it is its rule's first."""
-        members = tuple(spec.key for spec in batch)
-        self._members[batch_key(batch)] = members
-        self._batch_of.update(dict.fromkeys(members, batch_key(batch)))
+        members, dask_key = tuple(spec.key for spec in batch), batch_key(batch)
+        self._members[dask_key] = members
+        self._batch_of.update(dict.fromkeys(members, dask_key))
         first = batch[0].batch not in self._told
         self._told.add(batch[0].batch)
         return first

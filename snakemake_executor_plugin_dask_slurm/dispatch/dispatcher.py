@@ -126,11 +126,12 @@ class Dispatcher:
             group = (spec.priority, tuple(sorted(resources.items())))
             by_request.setdefault(group, []).append(spec)
         groups = sorted(by_request.items(), key=lambda item: -item[0][0])
+        handed: set[str] = set()  # jobs of maps Dask took (a group may take several)
         for index, ((priority, request), specs) in enumerate(groups):
             try:
-                self._submit_group(specs, dict(request), priority, fire_and_forget)
+                self._submit_group(specs, dict(request), priority, fire_and_forget, handed)
             except Exception as e:
-                left = [spec.key for _, rest in groups[index:] for spec in rest]
+                left = [s.key for _, rest in groups[index:] for s in rest if s.key not in handed]
                 with self._lock:
                     self._pending.difference_update(left)
                     for key in left:
@@ -143,9 +144,10 @@ class Dispatcher:
         request: dict[str, float],
         priority: float,
         fire_and_forget: Callable[[Any], None],
+        handed: set[str],
     ) -> None:
-        """Jobs of one request and priority: one ``Client.map`` for those going one per
-        task, one per batch size for the batches."""
+        """Jobs of one request and priority: a ``Client.map`` for the single jobs, one per
+        batch size; the jobs of each map Dask took are added to ``handed``."""
         if self.batch_limit > 1:
             singles, batches = batching.plan(
                 specs, request, list(self._offers.values()), self.batch_limit, self._batches.long
@@ -160,18 +162,16 @@ class Dispatcher:
                 if self._batches.add(batch):  # once per rule, in the detail log
                     rule, size = batch[0].batch, len(batch)
                     detail.info("rule %s: its jobs go several per Dask task (%d here)", rule, size)
-        by_size: dict[int, list[tuple[TaskSpec, ...]]] = {}
-        for batch in batches:
-            by_size.setdefault(len(batch), []).append(tuple(batch))
-        # Batches first: among equal priorities a worker starts tasks in the order they
-        # came, and a batch waits for all its slots (a single job first would hold one).
+        # Batches first (a worker starts equal priorities in order; a batch needs all its slots)
         calls: list[tuple[Any, list[Any], list[str], dict[str, float]]] = []
-        for size, alike in by_size.items():
+        for size in sorted({len(batch) for batch in batches}, reverse=True):
+            alike = [tuple(batch) for batch in batches if len(batch) == size]
             keys = [batching.batch_key(batch) for batch in alike]
             calls.append((run_batch_and_report, alike, keys, batching.scaled(request, size)))
         if singles:
             calls.append((run_and_report, singles, [s.key for s in singles], request))
         for function, items, keys, resources in calls:
+            jobs = [s.key for batch in items for s in batch] if items is not singles else keys
             futures = self.client.map(
                 function,
                 items,
@@ -183,6 +183,7 @@ class Dispatcher:
                 retries=0,
             )
             fire_and_forget(futures)  # and the futures go: see the module's docstring
+            handed.update(jobs)
 
     # -- completion (the client's event thread) ----------------------------------------
 

@@ -10,12 +10,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from distributed import Client
 
-from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import BATCH_MOVE, Dispatcher
+from snakemake_executor_plugin_dask_slurm.dispatch.dispatcher import (
+    BATCH_MOVE,
+    Dispatcher,
+    SubmitFailed,
+)
 from snakemake_executor_plugin_dask_slurm.dispatch.outcomes import Finished, WorkerRef
 from snakemake_executor_plugin_dask_slurm.worker.wire import TaskSpec
-from tests.component.test_dispatcher import restrictions, wait_for
+from tests.component.test_dispatcher import RefusesSecondMap, restrictions, wait_for
 from tests.waiting import eventually
 
 GATE = "while [ ! -e go ]; do sleep 0.02; done; "
@@ -150,3 +155,21 @@ def test_a_lost_worker_loses_only_the_jobs_of_its_batch_that_had_not_ended(
     late = wait_for(dispatcher, 2, woken)
     assert [(f.key, f.ok) for f in late] == [("a", True), ("c", True)]
     assert dispatcher.ran("a") and dispatcher.ran("c") and not dispatcher.ran("b")
+
+
+def test_a_refused_map_names_only_the_jobs_of_maps_dask_did_not_take(
+    client: Client, tmp_path: Path
+) -> None:
+    """One request's jobs go as a batch and a single job: two maps. When the second is
+    refused, only its job is named as not taken; the batch's run."""
+    woken = threading.Event()
+    dispatcher = Dispatcher(client, woken.set, batch_limit=2)
+    refusing = RefusesSecondMap(client)
+    dispatcher.client = refusing  # type: ignore[assignment]
+    jobs = [spec(tmp_path, f"pm-{i}", f"echo {i} > pm-{i}.out") for i in range(3)]
+    with pytest.raises(SubmitFailed) as failed:
+        dispatcher.submit_many([(s, {"cpus": 1}) for s in jobs])
+    assert failed.value.keys == ["pm-2"]  # split 3 by 2: a batch of pm-0, pm-1; pm-2 alone
+    done = wait_for(dispatcher, 2, woken)
+    assert [(f.key, f.ok) for f in done] == [("pm-0", True), ("pm-1", True)]
+    assert dispatcher.jobs_of(["pm-2"]) == ["pm-2"] and dispatcher.drain() == []
