@@ -278,9 +278,8 @@ class WiredRun:
             )  # fmt: skip
             listeners.extend([usage] if usage else [])
             listeners.append(ColdWays(say.info))
-            dispatcher = Dispatcher(
-                client, hooks.wake, hooks.on_removed, listeners, config.batch_size
-            )
+            batch = config.batch_size if source.growth is None else 1  # not while it grows
+            dispatcher = Dispatcher(client, hooks.wake, hooks.on_removed, listeners, batch)
         except BaseException:
             stop(source, files)
             raise
